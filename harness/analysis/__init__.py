@@ -1,0 +1,1 @@
+"""Analysis over stored runs: per-case views, roofline placement, verdicts, validity, compare."""

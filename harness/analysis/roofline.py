@@ -1,0 +1,60 @@
+"""Roofline placement against the device's measured ceilings (`harness calibrate`).
+
+    ridge      = peak_tflops / peak_TB/s                     (FLOP per byte)
+    roof(AI)   = min(peak_tflops, AI * peak_TB/s)
+    pct_of_roof = achieved / roof(AI)                         (AI from the op's analytic counts)
+    bound      = memory if AI < ridge else compute
+
+The compute roof for a case is the tensor-core matmul rate of its dtype (fp16/bf16) and the
+measured fp32 FMA rate for float32 cases.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    copy_gbps: float
+    matmul_tflops: dict  # dtype -> TFLOP/s
+    fma_tflops_fp32: float
+    gpu_name: str = ""
+
+    @classmethod
+    def from_calibration(cls, cal: dict | None) -> "Ceilings | None":
+        if not cal or not cal.get("copy_gbps"):
+            return None
+        return cls(float(cal["copy_gbps"]), dict(cal.get("matmul_tflops", {})),
+                   float(cal.get("fma_tflops_fp32") or math.nan), cal.get("gpu_name", ""))
+
+    def compute_roof(self, dtype: str) -> float:
+        if dtype in self.matmul_tflops:
+            return float(self.matmul_tflops[dtype])
+        return self.fma_tflops_fp32
+
+    def ridge(self, dtype: str) -> float:
+        return self.compute_roof(dtype) / (self.copy_gbps / 1e3)
+
+
+@dataclass(frozen=True)
+class Placement:
+    intensity: float | None  # FLOP/byte (analytic)
+    bound: str  # memory | compute
+    pct_of_roof: float  # 0..1+
+    roof_tflops: float | None
+    achieved_tflops: float | None
+    achieved_gbps: float | None
+
+
+def place(flops: float, nbytes: float, median_ms: float, dtype: str, ceil: Ceilings) -> Placement:
+    secs = median_ms * 1e-3
+    gbps = nbytes / secs / 1e9 if nbytes else None
+    tflops = flops / secs / 1e12 if flops else None
+    if not flops:
+        return Placement(0.0, "memory", (gbps or 0) / ceil.copy_gbps, None, None, gbps)
+    ai = flops / nbytes if nbytes else math.inf
+    peak = ceil.compute_roof(dtype)
+    roof = min(peak, ai * ceil.copy_gbps / 1e3)
+    bound = "memory" if ai < ceil.ridge(dtype) else "compute"
+    return Placement(ai, bound, tflops / roof if roof else math.nan, roof, tflops, gbps)

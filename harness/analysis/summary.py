@@ -1,0 +1,117 @@
+"""One wide row per case: cases + results + the profiler facts a reader needs first.
+
+For a case with several kernels, additive counters (duration, DRAM bytes, FLOPs) are summed and
+the per-launch facts (occupancy, registers, stalls, limiter) are those of the dominant kernel —
+the one with the longest ncu duration.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from harness import store
+from harness.profilers.metrics import STALL_REASONS
+
+ADDITIVE = ("duration_us", "dram_bytes_read", "dram_bytes_write", "flop_count",
+            "flop_count_tensor")
+DOMINANT = ("dram_throughput_pct", "sm_throughput_pct", "memory_throughput_pct",
+            "achieved_occupancy_pct", "theoretical_occupancy_pct", "registers_per_thread",
+            "shared_mem_per_block_bytes", "block_size", "grid_size", "waves_per_sm",
+            "tensor_pipe_pct", "l1_hit_rate_pct", "l2_hit_rate_pct", "sm_clock_hz")
+
+
+def ncu_case_view(metrics: pd.DataFrame) -> pd.DataFrame:
+    m = metrics[(metrics.source == "ncu") & (metrics.case_id != "")] if len(metrics) else metrics
+    if not len(m):
+        return pd.DataFrame()
+    rows = []
+    for case_id, g in m.groupby("case_id", sort=False):
+        wide = g.pivot_table(index="kernel", columns="name", values="value", aggfunc="first")
+        row = {"case_id": case_id, "ncu_kernels": int(len(wide))}
+        for k in ADDITIVE:
+            if k in wide:
+                row["ncu_" + k if k == "duration_us" else k] = float(wide[k].sum(min_count=1))
+        dom = wide["duration_us"].idxmax() if "duration_us" in wide and wide[
+            "duration_us"].notna().any() else wide.index[0]
+        row["dominant_kernel"] = dom
+        for k in DOMINANT:
+            if k in wide and pd.notna(wide.loc[dom, k]):
+                row[k] = float(wide.loc[dom, k])
+        lim = g[(g.kernel == dom) & (g.name == "occupancy_limiter")]
+        if len(lim):
+            row["occupancy_limiter"] = lim.unit.iloc[0]
+        stalls = {r: float(wide.loc[dom, f"stall_{r}"]) for r in STALL_REASONS
+                  if f"stall_{r}" in wide and pd.notna(wide.loc[dom, f"stall_{r}"])}
+        # 'selected' is the issuing state, not a stall
+        ranked = sorted(((v, r) for r, v in stalls.items() if r != "selected"), reverse=True)
+        if ranked:
+            row["top_stall"], row["top_stall_value"] = ranked[0][1], ranked[0][0]
+        if len(ranked) > 1:
+            row["second_stall"], row["second_stall_value"] = ranked[1][1], ranked[1][0]
+        if row.get("flop_count") and row.get("ncu_duration_us"):
+            row["ncu_tflops"] = row["flop_count"] / row["ncu_duration_us"] / 1e6
+        dram = (row.get("dram_bytes_read") or 0) + (row.get("dram_bytes_write") or 0)
+        if dram and row.get("ncu_duration_us"):
+            row["ncu_dram_gbps"] = dram / row["ncu_duration_us"] / 1e3
+        if dram and row.get("flop_count") is not None:
+            row["counted_intensity"] = row["flop_count"] / dram
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("case_id")
+
+
+def kernel_view(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Per case: kernels launched (nsys, else torch.profiler) and their GPU time."""
+    if not len(metrics):
+        return pd.DataFrame()
+    for source in ("nsys", "torch_profiler"):
+        m = metrics[metrics.source == source]
+        if len(m):
+            break
+    else:
+        return pd.DataFrame()
+    tot = m[m.kernel == ""].pivot_table(index="case_id", columns="name", values="value",
+                                         aggfunc="first")
+    names = (m[(m.kernel != "") & (m.name == "kernel_launches")]
+             .groupby("case_id").kernel.apply(lambda s: [short_kernel_name(k) for k in s]))
+    out = pd.DataFrame(index=tot.index)
+    out["kernel_source"] = source
+    for c in ("kernel_count", "gpu_time_us", "api_time_us", "range_wall_us"):
+        if c in tot:
+            out[c] = tot[c]
+    out["kernel_names"] = names.reindex(out.index).apply(
+        lambda v: json.dumps(v) if isinstance(v, list) else "[]")
+    return out
+
+
+def short_kernel_name(name: str) -> str:
+    """`void at::native::(anon)::cunn_SoftMaxForward<8, ...>(...)` -> `cunn_SoftMaxForward`."""
+    n = name.split("(")[0] if not name.startswith("(") else name
+    depth, base = 0, []
+    for ch in n:
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif depth == 0:
+            base.append(ch)
+    s = "".join(base).strip()
+    s = s.split(" ")[-1] if " " in s else s
+    return s.split("::")[-1] or name[:40]
+
+
+def summary_frame(run_dir: str | Path) -> pd.DataFrame:
+    """Cases joined with results and per-case profiler facts (one row per case)."""
+    cases = store.load_cases(run_dir)
+    res = store.load_results(run_dir)
+    metrics = store.load_metrics(run_dir)
+    df = cases.merge(res, on="case_id", how="left")
+    ncu = ncu_case_view(metrics)
+    if len(ncu):
+        df = df.merge(ncu, left_on="case_id", right_index=True, how="left")
+    kv = kernel_view(metrics)
+    if len(kv):
+        df = df.merge(kv, left_on="case_id", right_index=True, how="left")
+    df["params"] = df["params"].apply(store.params_of)
+    return df

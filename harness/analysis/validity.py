@@ -1,0 +1,92 @@
+"""Validity flags and verdicts, written onto results.parquet after the profiler passes.
+
+Flags (strings, stored as a JSON list per case):
+  kernels       the number of kernels in the case's NVTX range differs from what the impl
+                declares, or ncu and nsys saw different counts (warm-up/autotune leaking in)
+  nan-counters  ncu reported a kernel without a duration (counter collection failed)
+  clocks        no SM clock recorded for the run / the profiled kernels
+  events-vs-ncu events median and ncu duration differ by > 10 % for a case >= 50 us
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from harness import store
+from harness.analysis import roofline, summary
+from harness.analysis.verdict import verdict
+from harness.registry import Op, Params
+from harness.results import ITEMSIZE
+
+AGREE_TOL = 0.10
+AGREE_MIN_US = 50.0
+
+
+def _num(x) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
+def flags_for(row: dict, expected: int | None, env: dict, profiled: dict[str, bool]) -> list[str]:
+    out = []
+    kc = _num(row.get("kernel_count"))
+    ncu_k = _num(row.get("ncu_kernels"))
+    src = row.get("kernel_source") or "nsys"
+    if expected is not None and kc is not None and int(kc) != expected:
+        out.append(f"kernels: {src} saw {int(kc)} in the range, the impl declares {expected}")
+    if kc is not None and ncu_k is not None and int(kc) != int(ncu_k) and src == "nsys":
+        out.append(f"kernels: ncu profiled {int(ncu_k)}, nsys saw {int(kc)}")
+    if profiled.get("ncu") and ncu_k is not None and _num(row.get("ncu_duration_us")) is None:
+        out.append("nan-counters: ncu gave no duration for this case")
+    if profiled.get("ncu") and ncu_k is not None and _num(row.get("sm_clock_hz")) is None:
+        out.append("clocks: ncu recorded no SM clock for this case")
+    if env.get("device") == "cuda" and env.get("sm_clock_mhz") is None:
+        out.append("clocks: nvidia-smi gave no SM clock for the run")
+    med, dur = _num(row.get("median_ms")), _num(row.get("ncu_duration_us"))
+    if med is not None and dur is not None and med * 1e3 >= AGREE_MIN_US:
+        gap = abs(dur - med * 1e3) / (med * 1e3)
+        if gap > AGREE_TOL:
+            out.append(f"events-vs-ncu: events median {med * 1e3:.1f} us vs ncu "
+                       f"{dur:.1f} us ({gap * 100:.0f}% apart)")
+    return out
+
+
+def annotate(run_dir: str | Path, op: Op) -> pd.DataFrame:
+    manifest = store.load_manifest(run_dir)
+    env = manifest.get("env") or {}
+    root = Path(run_dir).parent
+    cal = store.load_calibration(env.get("gpu_name"), root, Path("runs"))
+    ceil = roofline.Ceilings.from_calibration(cal)
+    view = summary.summary_frame(run_dir)
+    passes = manifest.get("passes", {})
+    profiled = {k: str(v).startswith("done") for k, v in passes.items()}
+    res = store.load_results(run_dir)
+    by_case = {r["case_id"]: r for r in view.to_dict("records")}
+    flags, bounds, pcts, verdicts = [], [], [], []
+    for case_id in res.case_id:
+        row = by_case.get(case_id, {})
+        params = Params(row.get("params") or {})
+        impl = op.impls.get(row.get("impl"))
+        expected = impl.kernels_expected(params) if impl else None
+        f = flags_for(row, expected, env, profiled) if row.get("status") in ("ok", "failed") \
+            else []
+        flags.append(json.dumps(f))
+        med = _num(row.get("median_ms"))
+        place = None
+        if ceil is not None and med and env.get("device") == "cuda":
+            place = roofline.place(op.flop_count(params),
+                                   op.byte_count(params, ITEMSIZE[row["dtype"]]), med,
+                                   row["dtype"], ceil)
+        bounds.append(place.bound if place else None)
+        pcts.append(place.pct_of_roof * 100 if place else None)
+        has_facts = place is not None or _num(row.get("ncu_duration_us")) is not None
+        verdicts.append(verdict(place, row) if has_facts and row.get("status") == "ok" else None)
+    res = res.assign(flags=flags, bound=bounds, pct_of_roof=pcts, verdict=verdicts)
+    store.write_table(run_dir, "results", res)
+    return res

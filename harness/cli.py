@@ -1,0 +1,168 @@
+"""`python -m harness <verb>`: run, list, show, doctor, calibrate, import, compare, report,
+dashboard (and the internal `worker`). User errors print one line and exit 2."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from harness.errors import HarnessError
+
+DEFAULT_ROOT = "runs"
+
+
+def _add_run(sub):
+    p = sub.add_parser("run", help="check, time and profile the cases of an experiment")
+    p.add_argument("experiment", nargs="?", help="experiment YAML (e.g. experiments/flash.yaml)")
+    p.add_argument("--smoke", action="store_true", default=None,
+                   help="use the experiment's smoke: overrides (automatic without a GPU)")
+    p.add_argument("--cases", default=None, help="comma-separated globs over case ids")
+    p.add_argument("--resume", metavar="RUN", default=None, help="finish an interrupted run")
+    p.add_argument("--out", default=DEFAULT_ROOT, help="store root (default: runs/)")
+    p.add_argument("--device", choices=("cuda", "cpu"), default=None,
+                   help="force a device (default: cuda when a GPU is present)")
+
+
+def _cmd_run(a, console: Console) -> int:
+    from harness import runner, show
+    from harness.runner import Interrupted
+
+    if a.resume and a.experiment:
+        raise HarnessError("run: give an experiment file or --resume RUN, not both")
+    if not a.resume and not a.experiment:
+        raise HarnessError("run: missing experiment file (e.g. experiments/flash.yaml) "
+                           "or --resume RUN")
+    try:
+        if a.resume:
+            run_dir = runner.resume(a.resume, out_root=a.out, console=console)
+        else:
+            run_dir = runner.start(a.experiment, out_root=a.out, smoke=a.smoke,
+                                   cases_filter=a.cases, device=a.device, console=console,
+                                   argv=sys.argv[1:])
+    except Interrupted as exc:
+        run_dir = exc.args[0] if exc.args else None
+        console.print("[yellow]interrupted[/]: the partial run is stored; finish it with "
+                      f"`python -m harness run --resume {run_dir or 'RUN'}`")
+        return 130
+    show.render(run_dir, console)
+    console.print(f"run stored at [bold]{run_dir}[/]")
+    return 0
+
+
+def _cmd_list(a, console: Console) -> int:
+    from rich.table import Table
+
+    from harness.registry import describe, registry
+
+    reg = registry()
+    t = Table(title="ops and implementations", header_style="bold")
+    for c in ("op", "impl", "backend", "params", "description"):
+        t.add_column(c)
+    for row in describe(reg):
+        t.add_row(*(str(row[c]) for c in ("op", "impl", "backend", "params", "description")))
+    console.print(t)
+    for name, err in reg.broken.items():
+        console.print(f"[red]kernels/{name} failed to import:[/] {err}")
+    exps = sorted(Path(a.experiments).glob("*.yaml"))
+    if exps:
+        from harness import spec
+
+        t = Table(title=f"experiments in {a.experiments}/", header_style="bold")
+        for c in ("file", "name", "op", "baseline", "candidates", "cases"):
+            t.add_column(c)
+        for path in exps:
+            try:
+                exp = spec.load(path)
+                n = len(spec.expand(exp))
+                t.add_row(str(path), exp.name, exp.op, exp.baseline, ", ".join(exp.candidates),
+                          str(n))
+            except HarnessError as exc:
+                t.add_row(str(path), "[red]invalid[/]", "", "", str(exc), "")
+        console.print(t)
+    return 0
+
+
+def _cmd_show(a, console: Console) -> int:
+    from harness import show, store
+
+    run_dir = store.resolve_run(a.run, a.out)
+    if a.format == "json":
+        print(json.dumps(show.to_json(run_dir), indent=2, default=str))
+    else:
+        show.render(run_dir, console)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="harness", description=__doc__)
+    sub = ap.add_subparsers(dest="verb", required=True)
+    _add_run(sub)
+    p = sub.add_parser("list", help="registered ops/implementations and experiment files")
+    p.add_argument("--experiments", default="experiments")
+    p = sub.add_parser("show", help="the summary of a stored run")
+    p.add_argument("run", help="run id (under --out) or run directory")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--out", default=DEFAULT_ROOT)
+    sub.add_parser("worker", help="(internal) the process that runs cases on the device",
+                   add_help=False)
+    for verb, modname in VERB_MODULES.items():
+        mod = _verb_module(modname)
+        if mod is None:
+            continue
+        p = sub.add_parser(verb, help=mod.HELP)
+        mod.add_arguments(p)
+        p.set_defaults(_module=mod)
+    return ap
+
+
+def _verb_module(modname: str):
+    import importlib
+    import importlib.util
+
+    try:
+        if importlib.util.find_spec(modname) is None:
+            return None
+    except ModuleNotFoundError:  # parent package absent
+        return None
+    return importlib.import_module(modname)
+
+
+COMMANDS = {"run": _cmd_run, "list": _cmd_list, "show": _cmd_show}
+
+# Verbs implemented in their own modules. Each module defines
+#   HELP: str, add_arguments(parser) -> None, main(args, console) -> int
+# and raises HarnessError for user errors.
+VERB_MODULES = {
+    "doctor": "harness.doctor",
+    "calibrate": "harness.calibrate",
+    "import": "harness.importer",
+    "compare": "harness.analysis.compare_cli",
+    "report": "harness.report",
+    "dashboard": "dashboard.launch",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["worker"]:
+        from harness import worker
+
+        return worker.main(argv[1:])
+    console = Console(stderr=False, highlight=False)
+    if not console.is_terminal:  # logs and CI: wide enough for the summary table
+        console = Console(stderr=False, highlight=False, width=180)
+    err = Console(stderr=True, highlight=False)
+    try:
+        a = build_parser().parse_args(argv)
+        if getattr(a, "_module", None) is not None:
+            return a._module.main(a, console)
+        return COMMANDS[a.verb](a, console)
+    except HarnessError as exc:
+        err.print(f"error: {exc}", markup=False, soft_wrap=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return 130

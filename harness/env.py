@@ -1,0 +1,112 @@
+"""Environment fingerprint, gathered without initialising CUDA (nvidia-smi, package metadata, git).
+
+Two runs are comparable when gpu_name, driver and clock limits match (see analysis.compare).
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+NVSMI_FIELDS = [
+    ("gpu_name", "name"),
+    ("driver", "driver_version"),
+    ("gpu_memory_mib", "memory.total"),
+    ("sm_clock_mhz", "clocks.sm"),
+    ("mem_clock_mhz", "clocks.mem"),
+    ("sm_clock_max_mhz", "clocks.max.sm"),
+    ("mem_clock_max_mhz", "clocks.max.mem"),
+    ("app_sm_clock_mhz", "clocks.applications.graphics"),
+    ("power_limit_w", "power.limit"),
+    ("gpu_temp_c", "temperature.gpu"),
+    ("pstate", "pstate"),
+]
+
+
+def _version(pkg: str) -> str | None:
+    try:
+        return importlib.metadata.version(pkg)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def query_gpus(timeout: float = 10.0) -> list[dict]:
+    """One dict per GPU from nvidia-smi; [] when there is no NVIDIA driver here."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return []
+    argv = [exe, "--query-gpu=" + ",".join(q for _, q in NVSMI_FIELDS),
+            "--format=csv,noheader,nounits"]
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if out.returncode != 0:
+        return []
+    gpus = []
+    for line in out.stdout.strip().splitlines():
+        vals = [v.strip() for v in line.split(",")]
+        if len(vals) != len(NVSMI_FIELDS):
+            continue
+        row = {}
+        for (key, _), v in zip(NVSMI_FIELDS, vals):
+            if v in ("[N/A]", "N/A", "[Not Supported]", ""):
+                row[key] = None
+                continue
+            try:
+                row[key] = float(v) if key not in ("gpu_name", "driver", "pstate") else v
+            except ValueError:
+                row[key] = v
+        gpus.append(row)
+    return gpus
+
+
+def git_info(cwd: str | Path | None = None) -> dict:
+    def git(*args):
+        try:
+            r = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
+                               cwd=cwd)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    sha = git("rev-parse", "--short=12", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return {"git_sha": sha, "git_dirty": bool(dirty) if dirty is not None else None}
+
+
+def fingerprint(device: str) -> dict:
+    """Everything that decides whether two runs' numbers may be compared."""
+    import torch  # cheap: importing torch does not create a CUDA context
+
+    gpus = query_gpus() if device == "cuda" else []
+    gpu = gpus[0] if gpus else {}
+    env = {
+        "device": device,
+        "gpu_name": gpu.get("gpu_name") if device == "cuda" else None,
+        "gpu_count": len(gpus),
+        "driver": gpu.get("driver"),
+        "cuda": torch.version.cuda,
+        "torch": torch.__version__,
+        "triton": _version("triton"),
+        "python": platform.python_version(),
+        "hostname": socket.gethostname(),
+        "cpu": platform.processor() or platform.machine(),
+        **{k: gpu.get(k) for k, _ in NVSMI_FIELDS if k not in ("gpu_name", "driver")},
+    }
+    env.update(git_info(Path(__file__).resolve().parent.parent))
+    return env
+
+
+def cuda_device_present() -> tuple[bool, str]:
+    """(present, reason) without touching CUDA in this process."""
+    import torch
+
+    if torch.version.cuda is None:
+        return False, f"torch {torch.__version__} is a CPU-only build"
+    if not query_gpus():
+        return False, "nvidia-smi found no NVIDIA GPU"
+    return True, ""

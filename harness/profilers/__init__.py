@@ -1,0 +1,1 @@
+"""Profiler passes (ncu, nsys, torch.profiler fallback) and the canonical metric table."""

@@ -1,0 +1,73 @@
+"""The one table of tool-specific metric names -> canonical names (DESIGN.md).
+
+Everything downstream (roofline, verdicts, reports, dashboard) reads canonical names only.
+Units are base units: ns -> converted to us for duration_us, bytes, %, registers, counts.
+"""
+from __future__ import annotations
+
+STALL_REASONS = (
+    "long_scoreboard", "short_scoreboard", "barrier", "membar", "mio_throttle", "lg_throttle",
+    "tex_throttle", "math_pipe_throttle", "wait", "not_selected", "selected", "dispatch_stall",
+    "drain", "sleeping", "branch_resolving", "no_instruction", "imc_miss", "misc", "gmma",
+)
+
+# canonical name -> (ncu raw metric, unit, scale applied to the base-unit value)
+NCU_METRICS: dict[str, tuple[str, str, float]] = {
+    "duration_us": ("gpu__time_duration.sum", "us", 1e-3),
+    "sm_throughput_pct": ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "%", 1.0),
+    "memory_throughput_pct": ("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+                              "%", 1.0),
+    "dram_throughput_pct": ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "%", 1.0),
+    "dram_bytes_read": ("dram__bytes_read.sum", "byte", 1.0),
+    "dram_bytes_write": ("dram__bytes_write.sum", "byte", 1.0),
+    "achieved_occupancy_pct": ("sm__warps_active.avg.pct_of_peak_sustained_active", "%", 1.0),
+    "theoretical_occupancy_pct": ("sm__maximum_warps_per_active_cycle_pct", "%", 1.0),
+    "registers_per_thread": ("launch__registers_per_thread", "register/thread", 1.0),
+    "shared_mem_per_block_bytes": ("launch__shared_mem_per_block", "byte/block", 1.0),
+    "block_size": ("launch__block_size", "threads", 1.0),
+    "grid_size": ("launch__grid_size", "blocks", 1.0),
+    "waves_per_sm": ("launch__waves_per_multiprocessor", "waves", 1.0),
+    "l1_hit_rate_pct": ("l1tex__t_sector_hit_rate.pct", "%", 1.0),
+    "l2_hit_rate_pct": ("lts__t_sector_hit_rate.pct", "%", 1.0),
+    "tensor_pipe_pct": ("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed", "%", 1.0),
+    "sm_clock_hz": ("sm__cycles_elapsed.avg.per_second", "hz", 1.0),
+    "dram_clock_hz": ("dram__cycles_elapsed.avg.per_second", "hz", 1.0),
+    "issue_active_pct": ("smsp__issue_active.avg.pct_of_peak_sustained_active", "%", 1.0),
+}
+for _r in STALL_REASONS:
+    NCU_METRICS[f"stall_{_r}"] = (
+        f"smsp__average_warps_issue_stalled_{_r}_per_issue_active.ratio", "cycles/inst", 1.0)
+
+OCCUPANCY_LIMITS = {
+    "registers": "launch__occupancy_limit_registers",
+    "shared_mem": "launch__occupancy_limit_shared_mem",
+    "warps": "launch__occupancy_limit_warps",
+    "blocks": "launch__occupancy_limit_blocks",
+    "barriers": "launch__occupancy_limit_barriers",
+}
+
+# FLOP counters: (raw metric, FLOPs per count). Tensor-path counters already count FLOPs
+# (2 per MAC; checked on an H200: 4096^3 fp16 GEMM -> 2*4096^3). FMA = 2 FLOPs, ADD/MUL = 1,
+# the convention of ncu's own roofline sections (SpeedOfLight_Hierarchical*RooflineChart).
+FLOP_COUNTERS: dict[str, tuple[str, float]] = {
+    "flop_ffma": ("sm__sass_thread_inst_executed_op_ffma_pred_on.sum", 2.0),
+    "flop_fadd": ("sm__sass_thread_inst_executed_op_fadd_pred_on.sum", 1.0),
+    "flop_fmul": ("sm__sass_thread_inst_executed_op_fmul_pred_on.sum", 1.0),
+    "flop_hfma": ("sm__sass_thread_inst_executed_op_hfma_pred_on.sum", 2.0),
+    "flop_hadd": ("sm__sass_thread_inst_executed_op_hadd_pred_on.sum", 1.0),
+    "flop_hmul": ("sm__sass_thread_inst_executed_op_hmul_pred_on.sum", 1.0),
+    "flop_dfma": ("sm__sass_thread_inst_executed_op_dfma_pred_on.sum", 2.0),
+    "flop_dadd": ("sm__sass_thread_inst_executed_op_dadd_pred_on.sum", 1.0),
+    "flop_dmul": ("sm__sass_thread_inst_executed_op_dmul_pred_on.sum", 1.0),
+    "flop_tensor_fp16": ("sm__ops_path_tensor_src_fp16.sum", 1.0),
+    "flop_tensor_bf16": ("sm__ops_path_tensor_src_bf16_dst_fp32.sum", 1.0),
+    "flop_tensor_tf32": ("sm__ops_path_tensor_src_tf32_dst_fp32.sum", 1.0),
+}
+
+
+def extra_ncu_metrics() -> list[str]:
+    """Raw metrics to request with --metrics on top of the sections (roofline + canonical)."""
+    names = {raw for raw, _, _ in NCU_METRICS.values()}
+    names |= set(OCCUPANCY_LIMITS.values())
+    names |= {raw for raw, _ in FLOP_COUNTERS.values()}
+    return sorted(names)

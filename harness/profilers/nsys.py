@@ -1,0 +1,188 @@
+"""Nsight Systems: which kernels each case launched, their GPU time, and the CUDA API time.
+
+    nsys profile -t cuda,nvtx -s none --cpuctxsw=none -f true -o raw/nsys/report  <worker>
+    nsys stats --report cuda_gpu_kern_sum,nvtx_kern_sum,nvtx_sum,cuda_api_sum,...
+               --format csv --output raw/nsys/stats --force-export=true raw/nsys/report.nsys-rep
+
+nsys is looked for on PATH, in $HARNESS_NSYS, and inside a Nsight Compute install
+(`.../host/target-linux-x64/nsys`, whose importer needs libdw/libelf on LD_LIBRARY_PATH).
+`nsys profile` can exit 0 without a report (importer failure), so the report file is checked.
+"""
+from __future__ import annotations
+
+import csv
+import glob
+import io
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+
+from harness.profilers.base import (Availability, Profiler, ProfilerFailed, empty_metrics,
+                                    register, run_logged)
+
+REPORT = "report"
+STATS_PREFIX = "stats"
+REPORTS = ("cuda_gpu_kern_sum", "nvtx_kern_sum", "nvtx_sum", "cuda_api_sum",
+           "nvtx_pushpop_trace", "cuda_api_trace")
+DOMAIN = "harness"
+
+SEARCH = ("/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
+          "/opt/nvidia/nsight-systems/*/bin/nsys", "/usr/local/cuda/bin/nsys",
+          "/usr/lib/nsight-systems/bin/nsys")
+
+
+def find_nsys() -> tuple[str | None, list[str]]:
+    looked = ["PATH", "$HARNESS_NSYS", *SEARCH]
+    cand = shutil.which("nsys") or os.environ.get("HARNESS_NSYS")
+    if cand and not os.path.exists(cand):
+        cand = None
+    if not cand:
+        for pattern in SEARCH:
+            hits = sorted(glob.glob(pattern))
+            if hits:
+                cand = hits[-1]
+                break
+    return cand, looked
+
+
+@register
+class Nsys(Profiler):
+    name = "nsys"
+    source = "nsys"
+
+    def availability(self) -> Availability:
+        exe, looked = find_nsys()
+        if not exe:
+            return Availability(False, f"nsys not found (looked in {', '.join(looked)})")
+        try:
+            out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return Availability(False, f"{exe} --version failed: {exc}")
+        if out.returncode != 0:
+            return Availability(False, f"{exe} --version exited {out.returncode}")
+        return Availability(True, f"{exe} ({out.stdout.strip().splitlines()[0]})")
+
+    def command(self, worker_argv: list[str], out_dir: Path, options) -> list[str]:
+        exe, _ = find_nsys()
+        return [exe or "nsys", "profile", "-t", "cuda,nvtx", "-s", "none", "--cpuctxsw=none",
+                "-f", "true", "-o", str(Path(out_dir) / REPORT), *worker_argv]
+
+    def export(self, out_dir: Path) -> None:
+        out_dir = Path(out_dir)
+        rep = out_dir / f"{REPORT}.nsys-rep"
+        if not rep.exists():
+            hint = (" (a .qdstrm without .nsys-rep means the importer failed: it needs libdw.so.1"
+                    " and libelf.so.1 on LD_LIBRARY_PATH)"
+                    if list(out_dir.glob("*.qdstrm")) else "")
+            raise ProfilerFailed(f"nsys wrote no report ({rep} missing){hint}")
+        for q in out_dir.glob("*.qdstrm"):  # multi-GB intermediate; the .nsys-rep has it all
+            q.unlink()
+        exe, _ = find_nsys()
+        argv = [exe or "nsys", "stats", "--report", ",".join(REPORTS), "--format", "csv",
+                "--output", str(out_dir / STATS_PREFIX), "--force-export=true", str(rep)]
+        proc = run_logged(argv, out_dir / "export.log", timeout=900)
+        if proc.returncode != 0:
+            raise ProfilerFailed(f"nsys stats exited {proc.returncode}; see {out_dir}/export.log")
+
+    def parse(self, out_dir: Path) -> pd.DataFrame:
+        return parse_stats_dir(Path(out_dir))
+
+
+def stats_file(out_dir: Path, report: str) -> Path:
+    return Path(out_dir) / f"{STATS_PREFIX}_{report}.csv"
+
+
+def read_stats_csv(path: Path) -> list[dict[str, str]]:
+    """Rows of one `nsys stats --format csv` file (lines before the header are skipped)."""
+    text = Path(path).read_text()
+    lines = text.splitlines()
+    start = next((i for i, l in enumerate(lines) if "," in l and not l.startswith(
+        ("Processing", "NOTICE", "Generating", "WARNING", "ERROR"))), None)
+    if start is None:
+        return []
+    return list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))
+
+
+def range_case(name: str) -> str:
+    """`harness:case` / `:case` / `case` -> case (nsys prints the domain before a colon)."""
+    name = (name or "").strip()
+    if name.startswith(DOMAIN + ":"):
+        return name[len(DOMAIN) + 1:]
+    return name[1:] if name.startswith(":") else name
+
+
+def _f(v) -> float | None:
+    try:
+        return float(str(v).replace(",", ""))
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_stats_dir(out_dir: Path) -> pd.DataFrame:
+    rows = []
+    kern = stats_file(out_dir, "nvtx_kern_sum")
+    if not kern.exists():
+        return empty_metrics()
+    per_case: dict[str, dict[str, float]] = {}
+    for r in read_stats_csv(kern):
+        if not r.get("NVTX Range"):
+            continue  # kernels outside any range: warm-up and set-up
+        case = range_case(r["NVTX Range"])
+        kname = r.get("Kernel Name", "?")
+        inst = _f(r.get("Kern Inst")) or 0.0
+        total_us = (_f(r.get("Total Time (ns)")) or 0.0) / 1e3
+        rows.append((case, "nsys", kname, "kernel_launches", inst, "count"))
+        rows.append((case, "nsys", kname, "kernel_time_us", total_us, "us"))
+        agg = per_case.setdefault(case, {"kernel_count": 0.0, "gpu_time_us": 0.0,
+                                         "distinct_kernels": 0.0})
+        agg["kernel_count"] += inst
+        agg["gpu_time_us"] += total_us
+        agg["distinct_kernels"] += 1
+    ranges = stats_file(out_dir, "nvtx_sum")
+    if ranges.exists():
+        for r in read_stats_csv(ranges):
+            case = range_case(r.get("Range", ""))
+            if case in per_case:
+                avg = _f(r.get("Avg (ns)"))
+                if avg is not None:
+                    per_case[case]["range_wall_us"] = avg / 1e3
+    api = _api_time_per_range(out_dir)
+    for case, us in api.items():
+        if case in per_case:
+            per_case[case]["api_time_us"] = us
+    units = {"kernel_count": "count", "gpu_time_us": "us", "distinct_kernels": "count",
+             "range_wall_us": "us", "api_time_us": "us"}
+    for case, agg in per_case.items():
+        for name, v in agg.items():
+            rows.append((case, "nsys", "", name, v, units[name]))
+    return pd.DataFrame(rows, columns=["case_id", "source", "kernel", "name", "value", "unit"])
+
+
+def _api_time_per_range(out_dir: Path) -> dict[str, float]:
+    """CUDA API time spent inside each case's range (launches, syncs), from the two traces."""
+    ranges_f = stats_file(out_dir, "nvtx_pushpop_trace")
+    api_f = stats_file(out_dir, "cuda_api_trace")
+    if not (ranges_f.exists() and api_f.exists()):
+        return {}
+    spans = []
+    for r in read_stats_csv(ranges_f):
+        start, end = _f(r.get("Start (ns)")), _f(r.get("End (ns)"))
+        name = r.get("Name") or r.get("Range") or ""
+        if start is not None and end is not None and name:
+            spans.append((start, end, range_case(name)))
+    out: dict[str, float] = {}
+    if not spans:
+        return out
+    spans.sort()
+    for r in read_stats_csv(api_f):
+        start, dur = _f(r.get("Start (ns)")), _f(r.get("Duration (ns)"))
+        if start is None or dur is None:
+            continue
+        for s, e, case in spans:
+            if s <= start <= e:
+                out[case] = out.get(case, 0.0) + dur / 1e3
+                break
+    return out

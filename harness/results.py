@@ -1,0 +1,111 @@
+"""Parts (what workers appended) -> the store's tables, with derived throughput and speedups.
+
+    status of a case: pending | ok | failed (incorrect) | error (raised/crashed) | skipped
+    speedup_vs_baseline = baseline median / case median, for cases of the same shape_id where
+                          both are correct; NaN otherwise (failing cases never get a speedup)
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+
+from harness import store
+from harness.registry import Op, Params
+from harness.spec import Case
+
+ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
+
+
+def cases_frame(cases: list[Case]) -> pd.DataFrame:
+    return pd.DataFrame([
+        {"case_id": c.case_id, "op": c.op, "impl": c.impl, "role": c.role,
+         "params": json.dumps(c.params_dict), "dtype": c.dtype, "shape_id": c.shape_id,
+         "status": "pending", "error": None}
+        for c in cases
+    ])
+
+
+def _status(check: dict | None, timed: dict | None) -> tuple[str, str | None]:
+    recs = [r for r in (check, timed) if r]
+    if not recs:
+        return "pending", None
+    for r in recs:
+        if r["status"] == "skipped":
+            return "skipped", r.get("error")
+    for r in recs:
+        if r["status"] == "error":
+            return "error", r.get("error")
+    if check and check["status"] == "failed":
+        return "failed", check.get("error")
+    if check is None or timed is None:
+        return "pending", None
+    return "ok", None
+
+
+def consolidate(run_dir, op: Op) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Build cases / results / samples tables from parts; write them; return them."""
+    cases = store.load_cases(run_dir)
+    checks = {r["case_id"]: r for r in store.read_parts(run_dir, "check")}
+    times = {r["case_id"]: r for r in store.read_parts(run_dir, "time")}
+    results, samples = [], []
+    statuses, errors = [], []
+    for c in cases.itertuples():
+        chk, tim = checks.get(c.case_id), times.get(c.case_id)
+        status, err = _status(chk, tim)
+        statuses.append(status)
+        errors.append(err)
+        params = Params(json.loads(c.params))
+        row = {"case_id": c.case_id, "correct": None}
+        if chk and chk["status"] in ("ok", "failed"):
+            row.update({k: chk.get(k) for k in ("correct", "max_abs_err", "rel_err", "tol",
+                                                "torch_err")})
+        if tim and tim["status"] == "ok":
+            row.update({k: tim.get(k) for k in ("median_ms", "p20_ms", "p80_ms", "iqr_ms",
+                                                "n_samples", "rel_stderr", "clock",
+                                                "peak_mem_bytes")})
+            samples.extend({"case_id": c.case_id, "i": i, "ms": float(v)}
+                           for i, v in enumerate(tim["samples"]))
+            med = row["median_ms"]
+            if med and med > 0:
+                fl = op.flop_count(params)
+                by = op.byte_count(params, ITEMSIZE[c.dtype])
+                row["tflops"] = fl / (med * 1e-3) / 1e12 if fl else None
+                row["gbps"] = by / (med * 1e-3) / 1e9 if by else None
+        results.append(row)
+    cases = cases.assign(status=statuses, error=errors)
+    res = pd.DataFrame(results)
+    res = _speedups(cases, res)
+    # keep flags/verdicts computed by earlier consolidations (profiler passes add them)
+    old = store.load_results(run_dir)
+    for col in ("flags", "bound", "pct_of_roof", "verdict"):
+        if col in old.columns and len(old):
+            res[col] = res["case_id"].map(dict(zip(old["case_id"], old[col])))
+    store.write_table(run_dir, "cases", cases)
+    store.write_table(run_dir, "results", res)
+    store.write_table(run_dir, "samples", pd.DataFrame(samples, columns=store.SAMPLE_COLUMNS))
+    return cases, store.load_results(run_dir), store.load_samples(run_dir)
+
+
+def _speedups(cases: pd.DataFrame, res: pd.DataFrame) -> pd.DataFrame:
+    if "median_ms" not in res.columns:
+        res["median_ms"] = None
+    merged = cases[["case_id", "shape_id", "role", "status"]].merge(res, on="case_id")
+    base = merged[(merged.role == "baseline") & (merged.status == "ok")]
+    base_ms = dict(zip(base.shape_id, base.median_ms))
+    sp = []
+    for r in merged.itertuples():
+        b = base_ms.get(r.shape_id)
+        ok = r.status == "ok" and r.median_ms is not None and not _nan(r.median_ms)
+        sp.append(b / r.median_ms if ok and b and not _nan(b) else math.nan)
+    res = res.copy()
+    res["speedup_vs_baseline"] = sp
+    return res
+
+
+def _nan(x) -> bool:
+    try:
+        return math.isnan(float(x))
+    except (TypeError, ValueError):
+        return True

@@ -1,0 +1,172 @@
+"""The summary of a stored run: a rich table for people, JSON for programs (`harness show`)."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from harness import store
+from harness.analysis.summary import summary_frame
+from harness.spec import DTYPE_SHORT
+
+MARK = {"ok": "[green]✓[/]", "failed": "[red]✗[/]", "error": "[red]error[/]",
+        "skipped": "[dim]skip[/]", "pending": "[dim]…[/]"}
+
+
+def _n(x) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
+def fmt_ms(x) -> str:
+    v = _n(x)
+    if v is None:
+        return "-"
+    return f"{v:.4f}" if v < 0.1 else f"{v:.3f}" if v < 10 else f"{v:.1f}"
+
+
+def fmt_bytes(x) -> str:
+    v = _n(x)
+    if v is None:
+        return "-"
+    for unit, f in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if v >= f:
+            return f"{v / f:.2f} {unit}"
+    return f"{v:.0f} B"
+
+
+def spread_pct(row) -> str:
+    med, lo, hi = _n(row.get("median_ms")), _n(row.get("p20_ms")), _n(row.get("p80_ms"))
+    if not med or lo is None or hi is None:
+        return "-"
+    return f"±{(hi - lo) / 2 / med * 100:.1f}%"
+
+
+def _v(v) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def _primary(op_name: str) -> str:
+    from harness.registry import registry
+
+    try:
+        return registry().get_op(op_name).primary
+    except Exception:  # an op no longer registered still shows its run
+        return "gbps"
+
+
+def _load(run_dir: Path) -> tuple[dict, pd.DataFrame]:
+    m = store.load_manifest(run_dir)
+    df = summary_frame(run_dir)
+    df = df.sort_values(["dtype", "shape_id", "role", "impl"],
+                        key=lambda s: s.map({"baseline": 0, "candidate": 1}) if s.name == "role"
+                        else s, kind="stable")
+    return m, df
+
+
+def render(run_dir: str | Path, console: Console) -> None:
+    run_dir = Path(run_dir)
+    m, df = _load(run_dir)
+    exp = m["experiment"]
+    env = m.get("env") or {}
+    primary = _primary(exp["op"])
+    cpu = m.get("device") != "cuda"
+    where = env.get("gpu_name") or f"CPU ({env.get('cpu') or 'unknown'})"
+    console.print(f"[bold]{exp['name']}[/] · op {exp['op']} · {where} · run {m['run_id']} · "
+                  f"status [bold]{m.get('status')}[/]")
+    if cpu:
+        console.print("[yellow]CPU run: Triton kernels ran in the interpreter; times are CPU "
+                      "wall-clock, useful for checking, not for performance.[/]")
+    has_ncu = "ncu_duration_us" in df.columns and df["ncu_duration_us"].notna().any()
+    has_k = "kernel_count" in df.columns and df["kernel_count"].notna().any()
+    has_roof = "pct_of_roof" in df.columns and df["pct_of_roof"].notna().any()
+    t = Table(show_lines=False, header_style="bold", pad_edge=False)
+    cols = [("impl", "left"), ("case", "left"), ("dtype", "left"), ("ok", "center"),
+            ("median ms", "right"), ("spread", "right")]
+    if not cpu:  # interpreter timings say nothing about speed: no speedups, no throughput
+        cols += [("speedup", "right"), ("TFLOP/s" if primary == "tflops" else "GB/s", "right")]
+    for col, just in cols:
+        t.add_column(col, justify=just, no_wrap=col != "case")
+    if has_roof:
+        t.add_column("% roof", justify="right")
+    t.add_column("peak mem", justify="right")
+    if has_ncu:
+        for col in ("DRAM %", "occ %", "regs", "top stall"):
+            t.add_column(col, justify="right" if col != "top stall" else "left")
+    if has_k:
+        t.add_column("kernels", justify="right")
+    t.add_column("flags", justify="right")
+    for r in df.to_dict("records"):
+        sp = _n(r.get("speedup_vs_baseline"))
+        speed = "-" if sp is None else ("[dim]base[/]" if r["role"] == "baseline" else
+                                        f"[{'green' if sp >= 1 else 'red'}]{sp:.2f}x[/]")
+        thr = _n(r.get("tflops" if primary == "tflops" else "gbps"))
+        cells = [r["impl"], " ".join(f"{k}={_v(v)}" for k, v in r["params"].items()),
+                 DTYPE_SHORT.get(r["dtype"], r["dtype"]), MARK.get(r["status"], r["status"]),
+                 fmt_ms(r.get("median_ms")), spread_pct(r)]
+        if not cpu:
+            cells += [speed, "-" if thr is None else f"{thr:,.1f}"]
+        if has_roof:
+            pr = _n(r.get("pct_of_roof"))
+            cells.append("-" if pr is None else f"{pr:.0f}%")
+        cells.append(fmt_bytes(r.get("peak_mem_bytes")))
+        if has_ncu:
+            for k, f in (("dram_throughput_pct", "{:.0f}"), ("achieved_occupancy_pct", "{:.0f}"),
+                         ("registers_per_thread", "{:.0f}")):
+                v = _n(r.get(k))
+                cells.append("-" if v is None else f.format(v))
+            cells.append(r.get("top_stall") or "-")
+        if has_k:
+            v = _n(r.get("kernel_count"))
+            cells.append("-" if v is None else f"{v:.0f}")
+        flags = json.loads(r.get("flags") or "[]") if isinstance(r.get("flags"), str) else []
+        cells.append(f"[yellow]{len(flags)}[/]" if flags else "")
+        t.add_row(*cells)
+    console.print(t)
+    clock = df["clock"].dropna().unique() if "clock" in df.columns else []
+    if len(clock):
+        console.print(f"[dim]timing clock: {', '.join(clock)}; spread = half the p20–p80 range; "
+                      f"speedup = baseline median / median (correct cases only)[/]")
+    for r in df.to_dict("records"):
+        if r["status"] in ("failed", "error", "skipped") and r.get("error"):
+            console.print(f"[red]{r['status']}[/] {r['case_id']}: {r['error']}")
+    for r in df.to_dict("records"):
+        for fl in json.loads(r.get("flags") or "[]") if isinstance(r.get("flags"), str) else []:
+            console.print(f"[yellow]flag[/] {r['case_id']}: {fl}")
+    for r in df.to_dict("records"):
+        if r.get("verdict"):
+            console.print(f"[cyan]verdict[/] {r['case_id']}: {r['verdict']}")
+    for name, state in (m.get("passes") or {}).items():
+        if not str(state).startswith("done"):
+            console.print(f"[dim]{name}: {state}[/]")
+
+
+def to_json(run_dir: str | Path) -> dict:
+    """Manifest essentials + one object per case with its canonical metrics per kernel."""
+    run_dir = Path(run_dir)
+    m, df = _load(run_dir)
+    metrics = store.load_metrics(run_dir)
+    per_case: dict[str, list] = {}
+    if len(metrics):
+        for (case_id, source, kernel), g in metrics.groupby(["case_id", "source", "kernel"],
+                                                             sort=False):
+            per_case.setdefault(case_id, []).append({
+                "source": source, "kernel": kernel,
+                "metrics": {n: (v if u in ("", None) or n != "occupancy_limiter" else u)
+                            for n, v, u in zip(g.name, g.value, g.unit)},
+                "units": dict(zip(g.name, g.unit))})
+    cases = []
+    for r in json.loads(df.to_json(orient="records")):
+        r["flags"] = json.loads(r["flags"]) if isinstance(r.get("flags"), str) else []
+        r["kernels"] = per_case.get(r["case_id"], [])
+        cases.append(r)
+    return {"run_id": m["run_id"], "status": m.get("status"), "experiment": m["experiment"],
+            "env": m.get("env"), "device": m.get("device"), "passes": m.get("passes"),
+            "cases": cases, "run_level_metrics": per_case.get("", [])}

@@ -1,0 +1,315 @@
+"""The run store: the only module that knows the on-disk layout.
+
+    <root>/<run_id>/manifest.json      schema_version, experiment, spec hash, env, status, passes
+    <root>/<run_id>/cases.parquet      case_id, op, impl, role, params (JSON), dtype, status, error
+    <root>/<run_id>/results.parquet    correctness + timing + derived throughput/speedup per case
+    <root>/<run_id>/samples.parquet    raw timing samples: case_id, i, ms
+    <root>/<run_id>/metrics.parquet    long format: case_id, source, kernel, name, value, unit
+    <root>/<run_id>/parts/<pass>.jsonl append-only records written by workers as they go
+    <root>/<run_id>/raw/               profilers' own files and logs
+    <root>/.calibration/<gpu>.json     measured ceilings per GPU (harness calibrate)
+
+Every file is written to a temporary name and renamed into place, so a reader never sees half a
+file; parts/*.jsonl are appended line by line and a torn last line is ignored on read.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from harness.errors import StoreError
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+TABLES = ("cases", "results", "samples", "metrics")
+
+CASE_COLUMNS = ["case_id", "op", "impl", "role", "params", "dtype", "status", "error"]
+RESULT_COLUMNS = [
+    "case_id", "correct", "max_abs_err", "rel_err", "tol", "torch_err", "median_ms", "p20_ms",
+    "p80_ms", "iqr_ms", "n_samples", "rel_stderr", "clock", "tflops", "gbps", "peak_mem_bytes",
+    "speedup_vs_baseline", "flags",
+]
+SAMPLE_COLUMNS = ["case_id", "i", "ms"]
+METRIC_COLUMNS = ["case_id", "source", "kernel", "name", "value", "unit"]
+COLUMNS = {"cases": CASE_COLUMNS, "results": RESULT_COLUMNS, "samples": SAMPLE_COLUMNS,
+           "metrics": METRIC_COLUMNS}
+
+
+# -- atomic file helpers -----------------------------------------------------------------------
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: Path, obj: Any) -> None:
+    _atomic_write_bytes(Path(path), (json.dumps(obj, indent=2, sort_keys=True, default=str)
+                                     + "\n").encode())
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+# -- run ids and directories -------------------------------------------------------------------
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "run"
+
+
+def new_run_id(name: str, now: datetime | None = None) -> str:
+    now = now or datetime.now(timezone.utc)
+    return f"{now:%Y%m%dT%H%M%SZ}-{_slug(name)}-{secrets.token_hex(2)}"
+
+
+def create_run(root: str | Path, name: str, manifest: dict) -> Path:
+    """Make `<root>/<run_id>/` (never reusing an id) and write its first manifest."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    for _ in range(100):
+        run_id = new_run_id(name)
+        run_dir = root / run_id
+        try:
+            run_dir.mkdir()
+            break
+        except FileExistsError:
+            continue
+    else:  # pragma: no cover - 100 collisions of 16 random bits in the same second
+        raise StoreError(f"{root}: could not allocate a new run id")
+    (run_dir / "parts").mkdir()
+    (run_dir / "raw").mkdir()
+    write_manifest(run_dir, {**manifest, "run_id": run_id, "schema_version": SCHEMA_VERSION})
+    return run_dir
+
+
+def write_manifest(run_dir: Path, manifest: dict) -> None:
+    write_json(Path(run_dir) / MANIFEST, manifest)
+
+
+def update_manifest(run_dir: Path, **changes) -> dict:
+    m = load_manifest(run_dir)
+    m.update(changes)
+    write_manifest(run_dir, m)
+    return m
+
+
+def load_manifest(run_dir: str | Path) -> dict:
+    path = Path(run_dir) / MANIFEST
+    if not path.exists():
+        raise StoreError(f"{run_dir}: not a run directory (no {MANIFEST})")
+    try:
+        m = read_json(path)
+    except json.JSONDecodeError as exc:
+        raise StoreError(f"{path}: corrupt manifest ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(m, dict) or "schema_version" not in m:
+        raise StoreError(f"{path}: not a kernel-lab manifest (no schema_version)")
+    if m["schema_version"] > SCHEMA_VERSION:
+        raise StoreError(f"{path}: schema_version {m['schema_version']} is newer than this "
+                         f"harness understands ({SCHEMA_VERSION}); upgrade kernel-lab")
+    return m
+
+
+def resolve_run(ref: str | Path, root: str | Path = "runs") -> Path:
+    """A run id (looked up under `root`, unique prefixes allowed) or a run directory path."""
+    p = Path(ref)
+    if (p / MANIFEST).exists():
+        return p
+    root = Path(root)
+    if (root / str(ref) / MANIFEST).exists():
+        return root / str(ref)
+    if root.is_dir():
+        hits = sorted(d for d in root.iterdir() if d.name.startswith(str(ref)) and
+                      (d / MANIFEST).exists())
+        if len(hits) == 1:
+            return hits[0]
+        if len(hits) > 1:
+            raise StoreError(f"run {ref!r} is ambiguous under {root}: "
+                             f"{', '.join(h.name for h in hits[:5])}")
+    raise StoreError(f"run {ref!r} not found (looked for a run directory at {p} and a run id "
+                     f"under {root}/)")
+
+
+def list_runs(*roots: str | Path) -> list[dict]:
+    """One row per run directory under the roots; unreadable runs come back with `error`."""
+    rows = []
+    for root in roots:
+        root = Path(root)
+        if not root.is_dir():
+            continue
+        for d in sorted(root.iterdir()):
+            if not d.is_dir() or d.name.startswith("."):
+                continue
+            if not (d / MANIFEST).exists() and not (d / "cases.parquet").exists():
+                continue
+            row = {"run_id": d.name, "path": str(d), "root": str(root), "error": None}
+            try:
+                m = load_manifest(d)
+                row.update(
+                    experiment=m.get("experiment", {}).get("name"),
+                    op=m.get("experiment", {}).get("op"),
+                    created=m.get("created_utc"),
+                    status=m.get("status"),
+                    gpu=(m.get("env") or {}).get("gpu_name"),
+                    git_sha=(m.get("env") or {}).get("git_sha"),
+                    git_dirty=(m.get("env") or {}).get("git_dirty"),
+                    device=m.get("device"),
+                    example=bool(m.get("example")),
+                )
+            except StoreError as exc:
+                row["error"] = str(exc)
+            rows.append(row)
+    rows.sort(key=lambda r: (r.get("created") or "", r["run_id"]))
+    return rows
+
+
+# -- tables --------------------------------------------------------------------------------------
+
+def write_table(run_dir: Path, name: str, df: pd.DataFrame) -> None:
+    if name not in COLUMNS:
+        raise ValueError(f"unknown table {name!r}")
+    cols = COLUMNS[name]
+    df = df.copy()
+    for c in cols:
+        if c not in df.columns:
+            df[c] = None
+    extra = [c for c in df.columns if c not in cols]
+    df = df[cols + extra].reset_index(drop=True)
+    path = Path(run_dir) / f"{name}.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        df.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _load_table(run_dir: str | Path, name: str) -> pd.DataFrame:
+    path = Path(run_dir) / f"{name}.parquet"
+    if not path.exists():
+        return pd.DataFrame(columns=COLUMNS[name])
+    try:
+        return pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises several types for a corrupt file
+        raise StoreError(f"{path}: unreadable parquet ({type(exc).__name__}: {exc})") from None
+
+
+def load_cases(run_dir) -> pd.DataFrame:
+    return _load_table(run_dir, "cases")
+
+
+def load_results(run_dir) -> pd.DataFrame:
+    return _load_table(run_dir, "results")
+
+
+def load_samples(run_dir) -> pd.DataFrame:
+    return _load_table(run_dir, "samples")
+
+
+def load_metrics(run_dir) -> pd.DataFrame:
+    return _load_table(run_dir, "metrics")
+
+
+# -- parts: durable per-pass records appended by workers ----------------------------------------
+
+def parts_path(run_dir: Path, pass_name: str) -> Path:
+    return Path(run_dir) / "parts" / f"{pass_name}.jsonl"
+
+
+def append_part(run_dir: Path, pass_name: str, record: dict) -> None:
+    path = parts_path(run_dir, pass_name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(record, default=_json_default) + "\n"
+    with open(path, "a") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _json_default(o):
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, (set, tuple)):
+        return list(o)
+    return str(o)
+
+
+def read_parts(run_dir: Path, pass_name: str) -> list[dict]:
+    """Records of one pass; the last record per case wins; a torn trailing line is skipped."""
+    path = parts_path(run_dir, pass_name)
+    if not path.exists():
+        return []
+    out: dict[str, dict] = {}
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        out[rec["case_id"]] = rec
+    return list(out.values())
+
+
+def raw_dir(run_dir: Path, *sub: str) -> Path:
+    p = Path(run_dir, "raw", *sub)
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+# -- calibration cache -----------------------------------------------------------------------------
+
+def _gpu_key(gpu_name: str) -> str:
+    return _slug(gpu_name or "unknown")
+
+
+def save_calibration(root: str | Path, gpu_name: str, data: dict) -> Path:
+    path = Path(root) / ".calibration" / f"{_gpu_key(gpu_name)}.json"
+    write_json(path, {**data, "gpu_name": gpu_name, "schema_version": SCHEMA_VERSION})
+    return path
+
+
+def load_calibration(gpu_name: str | None, *roots: str | Path) -> dict | None:
+    if not gpu_name:
+        return None
+    for root in roots:
+        path = Path(root) / ".calibration" / f"{_gpu_key(gpu_name)}.json"
+        if path.exists():
+            try:
+                return read_json(path)
+            except json.JSONDecodeError:
+                return None
+    return None
+
+
+def to_records(df: pd.DataFrame) -> list[dict]:
+    return json.loads(df.to_json(orient="records"))
+
+
+def params_of(row_params: str) -> dict:
+    return json.loads(row_params) if isinstance(row_params, str) else dict(row_params or {})
+
+
+def iter_runs(rows: Iterable[dict]) -> Iterable[Path]:
+    for r in rows:
+        if not r.get("error"):
+            yield Path(r["path"])

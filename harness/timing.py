@@ -1,0 +1,182 @@
+"""Timing of one zero-argument callable.
+
+GPU (`clock="cuda_events"`): a CUDA event pair around every call; the L2 is flushed before each
+sample (a 256 MiB buffer is zeroed outside the events); warm-up runs by time first; samples are
+taken in batches until the relative standard error of the mean is <= max_rel_err (with at least
+min_samples) or the time budget rep_ms is spent. `cuda_graph: true` captures one call into a CUDA
+graph and times its replays (launch overhead removed).
+
+CPU (`clock="cpu_wall"`): the same loop with time.perf_counter — only meaningful relative to
+other CPU numbers; the summary labels these timings.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+FLUSH_BYTES = 256 * 1024 * 1024  # > 5x the L2 of an H100/H200 (50 MiB)
+
+
+@dataclass(frozen=True)
+class Samples:
+    ms: tuple[float, ...]
+    clock: str  # cuda_events | cuda_graph | cpu_wall
+
+    @property
+    def n(self) -> int:
+        return len(self.ms)
+
+    def _q(self, q: float) -> float:
+        return float(np.quantile(np.asarray(self.ms), q)) if self.ms else math.nan
+
+    @property
+    def median(self) -> float:
+        return self._q(0.5)
+
+    @property
+    def p20(self) -> float:
+        return self._q(0.2)
+
+    @property
+    def p80(self) -> float:
+        return self._q(0.8)
+
+    @property
+    def iqr(self) -> float:
+        return self._q(0.75) - self._q(0.25)
+
+    @property
+    def rel_stderr(self) -> float:
+        return rel_stderr(self.ms)
+
+    def summary(self) -> dict:
+        return {"median_ms": self.median, "p20_ms": self.p20, "p80_ms": self.p80,
+                "iqr_ms": self.iqr, "n_samples": self.n, "rel_stderr": self.rel_stderr,
+                "clock": self.clock}
+
+
+def rel_stderr(ms) -> float:
+    a = np.asarray(ms, dtype=float)
+    if a.size < 2 or a.mean() <= 0:
+        return math.inf
+    return float(a.std(ddof=1) / math.sqrt(a.size) / a.mean())
+
+
+class _Flusher:
+    def __init__(self, device: str, enabled: bool):
+        self.buf = None
+        if enabled and device == "cuda":
+            import torch
+
+            self.buf = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+
+    def __call__(self) -> None:
+        if self.buf is not None:
+            self.buf.zero_()
+
+
+def bench(fn: Callable[[], object], *, device: str, warmup_ms: float = 25.0,
+          rep_ms: float = 200.0, min_samples: int = 10, max_samples: int = 5000,
+          flush_l2: bool = True, cuda_graph: bool = False, max_rel_err: float = 0.005,
+          flusher: _Flusher | None = None) -> Samples:
+    """Time `fn`; return the raw samples in milliseconds."""
+    if device == "cuda":
+        return _bench_cuda(fn, warmup_ms, rep_ms, min_samples, max_samples,
+                           flusher or _Flusher(device, flush_l2), cuda_graph, max_rel_err)
+    return _bench_cpu(fn, warmup_ms, rep_ms, min_samples, max_samples, max_rel_err)
+
+
+def _enough(ms: list[float], elapsed_ms: float, rep_ms: float, min_samples: int,
+            max_samples: int, max_rel_err: float) -> bool:
+    if len(ms) >= max_samples:
+        return True
+    if len(ms) < min_samples:
+        return False
+    return elapsed_ms >= rep_ms or rel_stderr(ms) <= max_rel_err
+
+
+def _bench_cpu(fn, warmup_ms, rep_ms, min_samples, max_samples, max_rel_err) -> Samples:
+    t0 = time.perf_counter()
+    fn()  # at least one warm-up call: compilation / interpreter set-up
+    while (time.perf_counter() - t0) * 1e3 < warmup_ms:
+        fn()
+    ms: list[float] = []
+    start = time.perf_counter()
+    while not _enough(ms, (time.perf_counter() - start) * 1e3, rep_ms, min_samples,
+                      max_samples, max_rel_err):
+        a = time.perf_counter()
+        fn()
+        ms.append((time.perf_counter() - a) * 1e3)
+    return Samples(tuple(ms), "cpu_wall")
+
+
+def _bench_cuda(fn, warmup_ms, rep_ms, min_samples, max_samples, flush, cuda_graph,
+                max_rel_err) -> Samples:
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    # estimate one call (with flush) to size the warm-up and the batches
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(3):
+        flush()
+        fn()
+    e.record()
+    torch.cuda.synchronize()
+    est = max(s.elapsed_time(e) / 3, 1e-3)
+    for _ in range(max(1, int(warmup_ms / est))):
+        flush()
+        fn()
+    torch.cuda.synchronize()
+
+    run = fn
+    clock = "cuda_events"
+    if cuda_graph:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        torch.cuda.synchronize()
+        run = graph.replay
+        clock = "cuda_graph"
+
+    batch = int(min(max(1, 20.0 / est), 100))  # ~20 ms of work between host syncs
+    ms: list[float] = []
+    begin = time.perf_counter()
+    while not _enough(ms, (time.perf_counter() - begin) * 1e3, rep_ms, min_samples,
+                      max_samples, max_rel_err):
+        n = min(batch, max_samples - len(ms))
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        for i in range(n):
+            flush()
+            starts[i].record()
+            run()
+            ends[i].record()
+        torch.cuda.synchronize()
+        ms.extend(a.elapsed_time(b) for a, b in zip(starts, ends))
+    return Samples(tuple(ms), clock)
+
+
+def peak_memory(fn: Callable[[], object], inputs_bytes: int) -> int:
+    """Peak bytes held during one call: the inputs plus everything the call allocates."""
+    import torch
+
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated()
+    del out
+    return int(peak - before + inputs_bytes)

@@ -1,0 +1,219 @@
+"""The process that touches the device: `python -m harness worker --run DIR --passes check,time`.
+
+The runner (and, for profiler passes, ncu/nsys) starts it. It reads the cases from the run
+directory, does each (pass, case) not yet recorded, and appends one record per (pass, case) to
+`parts/<pass>.jsonl` as it goes, so a crash loses at most the case in flight. Progress goes to
+stdout as `@@harness {json}` lines; everything else on stdout/stderr is the log.
+
+Passes
+  check           correctness vs the reference (fresh inputs, NaN-poisoned outputs)
+  time            timing samples + peak memory
+  profile         warm-up (compile, autotune) outside any range, then exactly one call inside an
+                  NVTX push/pop range of domain `harness` named for the case id; ncu and nsys
+                  wrap this pass
+  torch_profiler  the same single call under torch.profiler (the nsys fallback)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+import zlib
+from pathlib import Path
+
+EXIT_CONTEXT_DEAD = 3
+PASSES = ("check", "time", "profile", "torch_profiler")
+NVTX_DOMAIN = "harness"
+
+
+def emit(event: str, **fields) -> None:
+    print("@@harness " + json.dumps({"event": event, **fields}, default=str), flush=True)
+
+
+def case_seed(run_seed: int, case_id: str) -> int:
+    return (run_seed + zlib.crc32(case_id.encode())) % (2 ** 31)
+
+
+class Worker:
+    def __init__(self, run_dir: Path, device: str):
+        from harness import spec, store
+        from harness.registry import Params, registry
+
+        self.run_dir = Path(run_dir)
+        self.device = device
+        self.manifest = store.load_manifest(self.run_dir)
+        self.exp = spec.Experiment.model_validate(self.manifest["experiment"])
+        self.op = registry().get_op(self.exp.op)
+        self.seed = int(self.manifest.get("seed", 0))
+        cases = store.load_cases(self.run_dir)
+        self.cases = [
+            (r.case_id, r.impl, Params(json.loads(r.params)), r.dtype)
+            for r in cases.itertuples()
+        ]
+        self.flusher = None
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _torch_dtype(self, name):
+        from harness.correctness import TORCH_DTYPES
+
+        return TORCH_DTYPES[name]
+
+    def _prepare(self, impl, params, dtype, case_id):
+        """Fresh inputs, an output buffer, and the bound zero-argument call."""
+        import torch
+
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(case_seed(self.seed, case_id) + 1)
+        inputs = self.op.make_inputs(params, self._torch_dtype(dtype), self.device, gen)
+        out = self.op.make_out(inputs, params) if impl.accepts_out else None
+        fn = self.op.bind_impl(impl, inputs, params, out)
+        nbytes = sum(t.numel() * t.element_size() for t in (*inputs, out)
+                     if isinstance(t, torch.Tensor))
+        return fn, nbytes
+
+    def _sync(self):
+        if self.device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+
+    # -- passes ------------------------------------------------------------------------------
+    def do_check(self, impl, params, dtype, case_id) -> dict:
+        from harness.correctness import check
+
+        opts = self.exp.correctness
+        if not opts.enabled:
+            return {"status": "ok", "correct": None, "error": None}
+        res = check(self.op, impl, params, dtype, self.device, trials=opts.trials,
+                    seed=case_seed(self.seed, case_id), tol_factor=opts.tol_factor)
+        return {"status": "ok" if res.correct else "failed", **res.as_dict()}
+
+    def do_time(self, impl, params, dtype, case_id) -> dict:
+        from harness import timing
+
+        t = self.exp.timing
+        fn, nbytes = self._prepare(impl, params, dtype, case_id)
+        if self.device == "cuda":
+            if self.flusher is None:
+                self.flusher = timing._Flusher("cuda", t.flush_l2)
+            peak = timing.peak_memory(fn, nbytes)
+            samples = timing.bench(fn, device="cuda", warmup_ms=t.warmup_ms, rep_ms=t.rep_ms,
+                                   min_samples=t.min_samples, max_samples=t.max_samples,
+                                   flush_l2=t.flush_l2, cuda_graph=t.cuda_graph,
+                                   max_rel_err=t.max_rel_err, flusher=self.flusher)
+        else:  # interpreter / CPU: a few wall-clock samples, labelled as such
+            peak = None
+            samples = timing.bench(fn, device="cpu", warmup_ms=1e-3,
+                                   rep_ms=min(t.rep_ms, 500.0), min_samples=3,
+                                   max_samples=t.max_samples, max_rel_err=t.max_rel_err)
+        return {"status": "ok", "samples": list(samples.ms), "peak_mem_bytes": peak,
+                **samples.summary()}
+
+    def _warm_then_range(self, impl, params, dtype, case_id, inside):
+        """Warm up outside any range (JIT, autotune, cudnn plans), then one call inside."""
+        import nvtx
+
+        fn, _ = self._prepare(impl, params, dtype, case_id)
+        for _ in range(3):
+            fn()
+        self._sync()
+        nvtx.push_range(message=case_id, domain=NVTX_DOMAIN)
+        try:
+            result = inside(fn)
+            self._sync()
+        finally:
+            nvtx.pop_range(domain=NVTX_DOMAIN)
+        return result
+
+    def do_profile(self, impl, params, dtype, case_id) -> dict:
+        self._warm_then_range(impl, params, dtype, case_id, lambda fn: fn())
+        return {"status": "ok"}
+
+    def do_torch_profiler(self, impl, params, dtype, case_id) -> dict:
+        from harness.profilers.torch_profiler import profile_call
+
+        kernels = self._warm_then_range(impl, params, dtype, case_id,
+                                        lambda fn: profile_call(fn, self.device))
+        return {"status": "ok", "kernels": kernels}
+
+    # -- loop ----------------------------------------------------------------------------------
+    def run(self, passes: list[str], only: set[str] | None, tag: str | None = None) -> int:
+        """Do every (pass, case) without a record; records go to parts/<tag or pass>.jsonl."""
+        from harness import store
+
+        for pass_name in passes:
+            part = tag or pass_name
+            done = {r["case_id"]: r for r in store.read_parts(self.run_dir, part)}
+            check_parts = {r["case_id"]: r for r in store.read_parts(self.run_dir, "check")}
+            todo = [c for c in self.cases if c[0] not in done and (only is None or c[0] in only)]
+            emit("pass", name=part, total=len(todo))
+            for case_id, impl_name, params, dtype in todo:
+                emit("start", name=part, case_id=case_id)
+                rec = self._one(pass_name, case_id, impl_name, params, dtype, check_parts)
+                store.append_part(self.run_dir, part, {"case_id": case_id, **rec})
+                emit("done", name=part, case_id=case_id, status=rec["status"])
+                if rec.get("context_dead"):
+                    return EXIT_CONTEXT_DEAD
+        return 0
+
+    def _one(self, pass_name, case_id, impl_name, params, dtype, check_parts) -> dict:
+        impl = self.op.get_impl(impl_name)
+        reason = impl.reason_unavailable(params, dtype, self.device)
+        if reason:
+            return {"status": "skipped", "error": reason}
+        prior = check_parts.get(case_id)
+        if pass_name != "check" and prior and prior["status"] in ("error", "skipped"):
+            return {"status": "skipped", "error": f"check: {prior.get('error')}"}
+        handler = getattr(self, f"do_{pass_name}")
+        try:
+            return handler(impl, params, dtype, case_id)
+        except Exception as exc:  # a failing kernel fails its case, not the run
+            traceback.print_exc()
+            return {"status": "error", "error": _one_line(exc),
+                    "context_dead": self._context_dead(exc)}
+
+    def _context_dead(self, exc: Exception) -> bool:
+        if self.device != "cuda":
+            return False
+        import torch
+
+        if isinstance(exc, torch.cuda.OutOfMemoryError):
+            torch.cuda.empty_cache()
+            return False
+        try:
+            torch.cuda.synchronize()
+            torch.zeros(1, device="cuda").add_(1).item()
+            return False
+        except Exception:
+            return True
+
+
+def _one_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
+    first = text[0] if text else type(exc).__name__
+    return first[:500]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="harness worker")
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--passes", required=True)
+    ap.add_argument("--cases", default=None, help="comma-separated case ids")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--tag", default=None, help="record as parts/<tag>.jsonl (one pass only)")
+    a = ap.parse_args(argv)
+    passes = [p for p in a.passes.split(",") if p]
+    if a.tag and len(passes) != 1:
+        print("worker: --tag needs exactly one pass", file=sys.stderr)
+        return 2
+    for p in passes:
+        if p not in PASSES:
+            print(f"worker: unknown pass {p!r} (valid: {', '.join(PASSES)})", file=sys.stderr)
+            return 2
+    if a.device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    only = set(a.cases.split(",")) if a.cases else None
+    w = Worker(Path(a.run), a.device)
+    return w.run(passes, only, a.tag)

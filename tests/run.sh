@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Install everything the tests need into the current Python environment, then run them.
+# torch is pinned to the CPU build that pip finds on this kind of machine: never a CUDA wheel.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python -m pip install -q torch==2.13.0
+python -m pip install -q -e '.[test]'
+if ! command -v chromium >/dev/null 2>&1; then   # Debian's chromium for the dashboard e2e test
+  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+  else sudo apt-get update -qq && sudo apt-get install -y -qq chromium >/dev/null; fi
+fi
+python -m pytest -q "$@"
