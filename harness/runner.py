@@ -303,8 +303,12 @@ class Runner:
 
     def finish(self) -> None:
         from harness.analysis.validity import annotate
+        from harness.calibrate import ensure
 
         consolidate(self.run_dir, self.op)
+        if self.device == "cuda":
+            ensure(self.run_dir.parent, (self.manifest.get("env") or {}).get("gpu_name"),
+                   self.console)
         annotate(self.run_dir, self.op)
         cases = store.load_cases(self.run_dir)
         failed_pass = any(v.startswith("failed") for v in self.passes.values())

@@ -49,6 +49,10 @@ def spread_pct(row) -> str:
     return f"±{(hi - lo) / 2 / med * 100:.1f}%"
 
 
+def _s(x) -> str:
+    return x if isinstance(x, str) and x else "-"
+
+
 def _v(v) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
@@ -64,11 +68,7 @@ def _primary(op_name: str) -> str:
 
 def _load(run_dir: Path) -> tuple[dict, pd.DataFrame]:
     m = store.load_manifest(run_dir)
-    df = summary_frame(run_dir)
-    df = df.sort_values(["dtype", "shape_id", "role", "impl"],
-                        key=lambda s: s.map({"baseline": 0, "candidate": 1}) if s.name == "role"
-                        else s, kind="stable")
-    return m, df
+    return m, summary_frame(run_dir)  # cases keep the sweep's order: dtype, shape, impl
 
 
 def render(run_dir: str | Path, console: Console) -> None:
@@ -122,7 +122,7 @@ def render(run_dir: str | Path, console: Console) -> None:
                          ("registers_per_thread", "{:.0f}")):
                 v = _n(r.get(k))
                 cells.append("-" if v is None else f.format(v))
-            cells.append(r.get("top_stall") or "-")
+            cells.append(_s(r.get("top_stall")))
         if has_k:
             v = _n(r.get("kernel_count"))
             cells.append("-" if v is None else f"{v:.0f}")
@@ -140,8 +140,8 @@ def render(run_dir: str | Path, console: Console) -> None:
     for r in df.to_dict("records"):
         for fl in json.loads(r.get("flags") or "[]") if isinstance(r.get("flags"), str) else []:
             console.print(f"[yellow]flag[/] {r['case_id']}: {fl}")
-    for r in df.to_dict("records"):
-        if r.get("verdict"):
+    for r in df.to_dict("records"):  # verdicts of profiled cases (the table has % roof)
+        if r.get("verdict") and _n(r.get("ncu_duration_us")) is not None:
             console.print(f"[cyan]verdict[/] {r['case_id']}: {r['verdict']}")
     for name, state in (m.get("passes") or {}).items():
         if not str(state).startswith("done"):

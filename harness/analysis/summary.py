@@ -44,8 +44,10 @@ def ncu_case_view(metrics: pd.DataFrame) -> pd.DataFrame:
             row["occupancy_limiter"] = lim.unit.iloc[0]
         stalls = {r: float(wide.loc[dom, f"stall_{r}"]) for r in STALL_REASONS
                   if f"stall_{r}" in wide and pd.notna(wide.loc[dom, f"stall_{r}"])}
-        # 'selected' is the issuing state, not a stall
-        ranked = sorted(((v, r) for r, v in stalls.items() if r != "selected"), reverse=True)
+        # 'selected' is the issuing state and 'not_selected' an eligible warp passed over:
+        # neither is a stall worth acting on
+        ranked = sorted(((v, r) for r, v in stalls.items()
+                         if r not in ("selected", "not_selected")), reverse=True)
         if ranked:
             row["top_stall"], row["top_stall_value"] = ranked[0][1], ranked[0][0]
         if len(ranked) > 1:

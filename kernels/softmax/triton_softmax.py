@@ -16,7 +16,7 @@ import triton.language as tl
 
 from kernels._common import Tuner
 
-MAX_FUSED = 16384  # elements per row kept in registers by the one-pass kernel
+MAX_FUSED = 32768  # elements per row kept in registers by the one-pass kernel
 SEGMENT = 4096  # elements per program in the split-row kernels
 
 _tuner = Tuner("softmax")
