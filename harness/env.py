@@ -5,6 +5,7 @@ Two runs are comparable when gpu_name, driver and clock limits match (see analys
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import platform
 import shutil
 import socket
@@ -74,6 +75,10 @@ def git_info(cwd: str | Path | None = None) -> dict:
         return r.stdout.strip() if r.returncode == 0 else None
 
     sha = git("rev-parse", "--short=12", "HEAD")
+    if sha is None and os.environ.get("HARNESS_GIT_SHA"):
+        # a copy of the checkout without .git (e.g. a remote GPU box): the sender says which
+        return {"git_sha": os.environ["HARNESS_GIT_SHA"][:12],
+                "git_dirty": os.environ.get("HARNESS_GIT_DIRTY", "") == "1"}
     dirty = git("status", "--porcelain", "--untracked-files=no")
     return {"git_sha": sha, "git_dirty": bool(dirty) if dirty is not None else None}
 

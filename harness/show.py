@@ -77,7 +77,7 @@ def render(run_dir: str | Path, console: Console) -> None:
     exp = m["experiment"]
     env = m.get("env") or {}
     primary = _primary(exp["op"])
-    cpu = m.get("device") != "cuda"
+    cpu = m.get("device") == "cpu"
     where = env.get("gpu_name") or f"CPU ({env.get('cpu') or 'unknown'})"
     console.print(f"[bold]{exp['name']}[/] · op {exp['op']} · {where} · run {m['run_id']} · "
                   f"status [bold]{m.get('status')}[/]")
@@ -98,7 +98,7 @@ def render(run_dir: str | Path, console: Console) -> None:
         t.add_column("% roof", justify="right")
     t.add_column("peak mem", justify="right")
     if has_ncu:
-        for col in ("DRAM %", "occ %", "regs", "top stall"):
+        for col in ("ncu µs", "DRAM %", "occ %", "regs", "top stall"):
             t.add_column(col, justify="right" if col != "top stall" else "left")
     if has_k:
         t.add_column("kernels", justify="right")
@@ -108,7 +108,8 @@ def render(run_dir: str | Path, console: Console) -> None:
         speed = "-" if sp is None else ("[dim]base[/]" if r["role"] == "baseline" else
                                         f"[{'green' if sp >= 1 else 'red'}]{sp:.2f}x[/]")
         thr = _n(r.get("tflops" if primary == "tflops" else "gbps"))
-        cells = [r["impl"], " ".join(f"{k}={_v(v)}" for k, v in r["params"].items()),
+        label = " ".join(f"{k}={_v(v)}" for k, v in r["params"].items()) or r["case_id"]
+        cells = [r["impl"], label,
                  DTYPE_SHORT.get(r["dtype"], r["dtype"]), MARK.get(r["status"], r["status"]),
                  fmt_ms(r.get("median_ms")), spread_pct(r)]
         if not cpu:
@@ -118,7 +119,8 @@ def render(run_dir: str | Path, console: Console) -> None:
             cells.append("-" if pr is None else f"{pr:.0f}%")
         cells.append(fmt_bytes(r.get("peak_mem_bytes")))
         if has_ncu:
-            for k, f in (("dram_throughput_pct", "{:.0f}"), ("achieved_occupancy_pct", "{:.0f}"),
+            for k, f in (("ncu_duration_us", "{:,.1f}"), ("dram_throughput_pct", "{:.0f}"),
+                         ("achieved_occupancy_pct", "{:.0f}"),
                          ("registers_per_thread", "{:.0f}")):
                 v = _n(r.get(k))
                 cells.append("-" if v is None else f.format(v))

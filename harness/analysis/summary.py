@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness import store
-from harness.profilers.metrics import STALL_REASONS
+from harness.profilers.metrics import STALL_REASONS, short_kernel_name  # noqa: F401
 
 ADDITIVE = ("duration_us", "dram_bytes_read", "dram_bytes_write", "flop_count",
             "flop_count_tensor")
@@ -85,22 +85,6 @@ def kernel_view(metrics: pd.DataFrame) -> pd.DataFrame:
     out["kernel_names"] = names.reindex(out.index).apply(
         lambda v: json.dumps(v) if isinstance(v, list) else "[]")
     return out
-
-
-def short_kernel_name(name: str) -> str:
-    """`void at::native::(anon)::cunn_SoftMaxForward<8, ...>(...)` -> `cunn_SoftMaxForward`."""
-    n = name.split("(")[0] if not name.startswith("(") else name
-    depth, base = 0, []
-    for ch in n:
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif depth == 0:
-            base.append(ch)
-    s = "".join(base).strip()
-    s = s.split(" ")[-1] if " " in s else s
-    return s.split("::")[-1] or name[:40]
 
 
 def summary_frame(run_dir: str | Path) -> pd.DataFrame:

@@ -54,7 +54,7 @@ def verdict(p: Placement | None, facts: dict) -> str:
         s = f"occupancy {occ:.0f}%"
         if theo is not None:
             s += f" of {theo:.0f}%"
-        if lim:
+        if lim and theo is not None and theo < 99.5:  # at 100% nothing limits
             s += f" (limit: {lim})"
         parts.append(s)
     tp = _f(facts, "tensor_pipe_pct")

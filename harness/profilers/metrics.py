@@ -71,3 +71,61 @@ def extra_ncu_metrics() -> list[str]:
     names |= set(OCCUPANCY_LIMITS.values())
     names |= {raw for raw, _ in FLOP_COUNTERS.values()}
     return sorted(names)
+
+# Details page (`--page details`): (section display name, metric label) -> raw metric name, so a
+# details export maps onto the same canonical names. Stall rows ("Stall Long Scoreboard", body of
+# Warp State Statistics) are mapped by `stall_label_to_raw`.
+NCU_DETAILS_LABELS: dict[tuple[str, str], str] = {
+    ("GPU Speed Of Light Throughput", "Duration"): "gpu__time_duration.sum",
+    ("GPU Speed Of Light Throughput", "DRAM Throughput"):
+        "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    ("GPU Speed Of Light Throughput", "Memory Throughput"):
+        "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+    ("GPU Speed Of Light Throughput", "Compute (SM) Throughput"):
+        "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    ("GPU Speed Of Light Throughput", "SM Frequency"): "sm__cycles_elapsed.avg.per_second",
+    ("GPU Speed Of Light Throughput", "DRAM Frequency"): "dram__cycles_elapsed.avg.per_second",
+    ("Launch Statistics", "Registers Per Thread"): "launch__registers_per_thread",
+    ("Launch Statistics", "Block Size"): "launch__block_size",
+    ("Launch Statistics", "Grid Size"): "launch__grid_size",
+    ("Launch Statistics", "Waves Per SM"): "launch__waves_per_multiprocessor",
+    ("Occupancy", "Achieved Occupancy"): "sm__warps_active.avg.pct_of_peak_sustained_active",
+    ("Occupancy", "Theoretical Occupancy"): "sm__maximum_warps_per_active_cycle_pct",
+    ("Occupancy", "Block Limit Registers"): "launch__occupancy_limit_registers",
+    ("Occupancy", "Block Limit Shared Mem"): "launch__occupancy_limit_shared_mem",
+    ("Occupancy", "Block Limit Warps"): "launch__occupancy_limit_warps",
+    ("Occupancy", "Block Limit SM"): "launch__occupancy_limit_blocks",
+    ("Occupancy", "Block Limit Barriers"): "launch__occupancy_limit_barriers",
+    ("Memory Workload Analysis", "L1/TEX Hit Rate"): "l1tex__t_sector_hit_rate.pct",
+    ("Memory Workload Analysis", "L2 Hit Rate"): "lts__t_sector_hit_rate.pct",
+}
+# Launch Statistics splits shared memory per block; the canonical value is their sum.
+NCU_DETAILS_SHARED_MEM = ("Driver Shared Memory Per Block", "Dynamic Shared Memory Per Block",
+                          "Static Shared Memory Per Block")
+DETAILS_COMMAND_LINE_SECTION = "Command line profiler metrics"  # --metrics: raw names
+
+
+def stall_label_to_raw(label: str) -> str | None:
+    """'Stall Long Scoreboard' -> smsp__average_warps_issue_stalled_long_scoreboard_per_..."""
+    name = label.strip().lower()
+    name = name[len("stall "):] if name.startswith("stall ") else name
+    name = name.replace(" ", "_")
+    if name not in STALL_REASONS:
+        return None
+    return NCU_METRICS[f"stall_{name}"][0]
+
+
+def short_kernel_name(name: str) -> str:
+    """`void at::native::(anon)::cunn_SoftMaxForward<8, ...>(...)` -> `cunn_SoftMaxForward`."""
+    n = name.split("(")[0] if not name.startswith("(") else name
+    depth, base = 0, []
+    for ch in n:
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif depth == 0:
+            base.append(ch)
+    s = "".join(base).strip()
+    s = s.split(" ")[-1] if " " in s else s
+    return s.split("::")[-1] or name[:40]

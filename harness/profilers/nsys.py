@@ -92,7 +92,12 @@ class Nsys(Profiler):
 
 
 def stats_file(out_dir: Path, report: str) -> Path:
-    return Path(out_dir) / f"{STATS_PREFIX}_{report}.csv"
+    """`<prefix>_<report>.csv` in out_dir: ours use prefix `stats`, a user's may use any."""
+    ours = Path(out_dir) / f"{STATS_PREFIX}_{report}.csv"
+    if ours.exists():
+        return ours
+    hits = sorted(Path(out_dir).glob(f"*{report}.csv"))
+    return hits[0] if hits else ours
 
 
 def read_stats_csv(path: Path) -> list[dict[str, str]]:
@@ -122,6 +127,7 @@ def _f(v) -> float | None:
 
 
 def parse_stats_dir(out_dir: Path) -> pd.DataFrame:
+    """Per case (NVTX range of domain harness): kernels launched, their GPU time, API time."""
     rows = []
     kern = stats_file(out_dir, "nvtx_kern_sum")
     if not kern.exists():
@@ -149,20 +155,21 @@ def parse_stats_dir(out_dir: Path) -> pd.DataFrame:
                 avg = _f(r.get("Avg (ns)"))
                 if avg is not None:
                     per_case[case]["range_wall_us"] = avg / 1e3
-    api = _api_time_per_range(out_dir)
-    for case, us in api.items():
+    for case, times in _api_time_per_range(out_dir).items():
         if case in per_case:
-            per_case[case]["api_time_us"] = us
+            per_case[case].update(times)
     units = {"kernel_count": "count", "gpu_time_us": "us", "distinct_kernels": "count",
-             "range_wall_us": "us", "api_time_us": "us"}
+             "range_wall_us": "us", "api_time_us": "us", "launch_api_us": "us"}
     for case, agg in per_case.items():
         for name, v in agg.items():
             rows.append((case, "nsys", "", name, v, units[name]))
     return pd.DataFrame(rows, columns=["case_id", "source", "kernel", "name", "value", "unit"])
 
 
-def _api_time_per_range(out_dir: Path) -> dict[str, float]:
-    """CUDA API time spent inside each case's range (launches, syncs), from the two traces."""
+def _api_time_per_range(out_dir: Path) -> dict[str, dict[str, float]]:
+    """CUDA API time inside each case's range, from the range and API traces:
+    api_time_us (every call, the final synchronize included) and launch_api_us (kernel
+    launch calls only: the host cost of launching the case's kernels)."""
     ranges_f = stats_file(out_dir, "nvtx_pushpop_trace")
     api_f = stats_file(out_dir, "cuda_api_trace")
     if not (ranges_f.exists() and api_f.exists()):
@@ -173,7 +180,7 @@ def _api_time_per_range(out_dir: Path) -> dict[str, float]:
         name = r.get("Name") or r.get("Range") or ""
         if start is not None and end is not None and name:
             spans.append((start, end, range_case(name)))
-    out: dict[str, float] = {}
+    out: dict[str, dict[str, float]] = {}
     if not spans:
         return out
     spans.sort()
@@ -183,6 +190,27 @@ def _api_time_per_range(out_dir: Path) -> dict[str, float]:
             continue
         for s, e, case in spans:
             if s <= start <= e:
-                out[case] = out.get(case, 0.0) + dur / 1e3
+                t = out.setdefault(case, {"api_time_us": 0.0, "launch_api_us": 0.0})
+                t["api_time_us"] += dur / 1e3
+                if "Launch" in (r.get("Name") or ""):
+                    t["launch_api_us"] += dur / 1e3
                 break
     return out
+
+
+def parse_kernel_summary(out_dir: Path) -> pd.DataFrame:
+    """Without NVTX ranges: one 'case' per kernel name from cuda_gpu_kern_sum (for import)."""
+    path = stats_file(out_dir, "cuda_gpu_kern_sum")
+    if not path.exists():
+        return empty_metrics()
+    rows = []
+    for r in read_stats_csv(path):
+        name = r.get("Name")
+        if not name:
+            continue
+        inst, tot = _f(r.get("Instances")) or 0.0, (_f(r.get("Total Time (ns)")) or 0.0) / 1e3
+        rows += [(name, "nsys", name, "kernel_launches", inst, "count"),
+                 (name, "nsys", name, "kernel_time_us", tot, "us"),
+                 (name, "nsys", "", "kernel_count", inst, "count"),
+                 (name, "nsys", "", "gpu_time_us", tot, "us")]
+    return pd.DataFrame(rows, columns=["case_id", "source", "kernel", "name", "value", "unit"])

@@ -1,0 +1,139 @@
+"""ncu parsers on REAL output captured on an H200 (Nsight Compute 2025.3.1, torch 2.11,
+triton 3.6): the softmax experiment's ncu pass, 6 cases / 7 kernels.
+
+Fixtures: tests/fixtures/ncu/softmax_raw.csv  (`ncu --import rep --csv --page raw
+--print-units base`, complete) and softmax_details.csv (`--page details --print-units base
+--print-details all`, the rows of kernels 2, 3 and 6)."""
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.profilers import ncu_parse as P
+from harness.profilers.ncu import Ncu, check_log
+from harness.spec import NcuOptions
+
+FIX = Path(__file__).parent / "fixtures" / "ncu"
+TRITON_8K = "triton.M=8192.N=8192.float16"
+TRITON_LONG = "triton.M=4096.N=32768.float16"  # the split-row path: two kernels
+
+
+@pytest.fixture(scope="module")
+def raw():
+    return P.parse_raw_csv((FIX / "softmax_raw.csv").read_text())
+
+
+def value(df, case, kernel, name):
+    sel = df[(df.case_id == case) & (df.kernel == kernel) & (df.name == name)]
+    assert len(sel) == 1, (case, kernel, name, len(sel))
+    return sel.value.iloc[0]
+
+
+def test_raw_page_golden_values(raw):
+    # values as printed in the CSV (thousands separators, base units)
+    assert value(raw, TRITON_8K, "_softmax_rows", "duration_us") == pytest.approx(65.92)
+    assert value(raw, TRITON_8K, "_softmax_rows", "registers_per_thread") == 48
+    assert value(raw, TRITON_8K, "_softmax_rows", "achieved_occupancy_pct") == pytest.approx(59.79)
+    assert value(raw, TRITON_8K, "_softmax_rows", "theoretical_occupancy_pct") == 62.5
+    assert value(raw, TRITON_8K, "_softmax_rows", "stall_long_scoreboard") == pytest.approx(7.60)
+    assert value(raw, TRITON_8K, "_softmax_rows", "grid_size") == 8192  # "8,192"
+    assert value(raw, TRITON_8K, "_softmax_rows", "block_size") == 256
+    assert value(raw, TRITON_8K, "_softmax_rows", "shared_mem_per_block_bytes") == 1056
+    assert value(raw, TRITON_8K, "_softmax_rows", "sm_clock_hz") == pytest.approx(1.958e9, rel=1e-3)
+
+
+def test_every_kernel_is_mapped_to_its_case_through_nvtx(raw):
+    kernels = raw.groupby("case_id").kernel.nunique().to_dict()
+    assert kernels == {
+        "torch.M=4096.N=32768.float16": 1, "torch_compile.M=4096.N=32768.float16": 1,
+        TRITON_LONG: 2, "torch.M=8192.N=8192.float16": 1,
+        "torch_compile.M=8192.N=8192.float16": 1, TRITON_8K: 1}
+    assert "" not in set(raw.case_id)
+
+
+def test_multi_kernel_case_keeps_both_kernels(raw):
+    assert value(raw, TRITON_LONG, "_softmax_partials", "registers_per_thread") == 37
+    assert value(raw, TRITON_LONG, "_softmax_normalise", "registers_per_thread") == 28
+    assert value(raw, TRITON_LONG, "_softmax_partials", "duration_us") == pytest.approx(131.904)
+    assert value(raw, TRITON_LONG, "_softmax_normalise", "duration_us") == pytest.approx(135.296)
+
+
+def test_occupancy_limiter_names_the_binding_resource(raw):
+    sel = raw[(raw.case_id == TRITON_8K) & (raw.name == "occupancy_limiter")]
+    assert sel.unit.iloc[0] == "registers" and sel.value.iloc[0] == 5
+
+
+def test_flop_count_and_every_stall_reason_present(raw):
+    names = set(raw[raw.case_id == TRITON_8K].name)
+    from harness.profilers.metrics import STALL_REASONS
+
+    assert {f"stall_{r}" for r in STALL_REASONS} <= names
+    # 3 FLOP/element analytically (8192^2 * 3 = 2.0e8); ncu counts FADD/FMUL/FFMA (x2) = 3.8e8
+    assert value(raw, TRITON_8K, "_softmax_rows", "flop_count") == pytest.approx(383778816, rel=1e-6)
+
+
+def test_details_page_gives_the_raw_page_values(raw):
+    det = P.parse_details_csv((FIX / "softmax_details.csv").read_text())
+    assert set(det.case_id) == {TRITON_8K, TRITON_LONG}
+    a = raw.set_index(["case_id", "kernel", "name"]).value
+    b = det.set_index(["case_id", "kernel", "name"]).value
+    both = pd.concat([a, b], axis=1, keys=["raw", "details"], join="inner")
+    assert len(both) >= 100
+    # the CSV pages print 2 decimals for ratios: equal up to that rounding
+    diff = (both.raw - both.details).abs()
+    assert (diff <= both.raw.abs() * 1e-3 + 0.006).all(), both[diff > both.raw.abs() * 1e-3 + 0.006]
+
+
+def test_prof_lines_and_application_output_before_the_csv_are_skipped():
+    text = (FIX / "softmax_raw.csv").read_text()
+    noisy = ("==WARNING== Note: Running with unmodified GPU clocks.\n"
+             "==PROF== Connected to process 794 (/usr/bin/python3.12)\n"
+             "@@harness {\"event\": \"start\"}\n"
+             "==PROF== Disconnected from process 794\n" + text)
+    assert P.parse_raw_csv(noisy).equals(P.parse_raw_csv(text))
+
+
+def test_numbers_units_and_na():
+    assert P.num("1,980,000") == 1980000.0
+    assert P.num("3,196,575,731.74") == pytest.approx(3196575731.74)
+    for na in ("n/a", "(!) n/a", "no data", ""):
+        assert P.num(na) is None
+    assert P.num("PolicySpread") == "PolicySpread"
+    assert P.to_base(17.312, "us") == pytest.approx(17312.0)
+
+
+def test_foreign_csv_is_rejected():
+    with pytest.raises(ValueError):
+        P.parse_raw_csv("a,b,c\n1,2,3\n")
+    with pytest.raises(ValueError):
+        P.parse_details_csv((FIX / "softmax_raw.csv").read_text())
+
+
+def test_ncu_report_reader_matches_the_csv(raw):
+    path = FIX / "softmax.ncu-rep"
+    if not path.exists():
+        pytest.fail(f"missing fixture {path}")
+    rep = P.parse_report(path)
+    a = raw.set_index(["case_id", "kernel", "name"]).value
+    b = rep.set_index(["case_id", "kernel", "name"]).value
+    both = pd.concat([a, b], axis=1, keys=["csv", "rep"], join="inner")
+    assert len(both) >= 40
+    diff = (both.csv - both.rep).abs()
+    assert (diff <= both.rep.abs() * 1e-3 + 0.006).all(), both[diff > both.rep.abs() * 1e-3 + 0.006]
+
+
+def test_command_is_an_argv_with_safe_clock_and_nvtx_filter(tmp_path):
+    argv = Ncu().command(["python", "-m", "harness", "worker"], tmp_path, NcuOptions())
+    assert argv[argv.index("--clock-control") + 1] == "none"
+    assert argv[argv.index("--nvtx-include") + 1] == "regex:harness@.+/"
+    assert argv[argv.index("--cache-control") + 1] == "all"
+    assert argv[-4:] == ["python", "-m", "harness", "worker"]
+    assert argv.count("--section") == len(NcuOptions().sections)
+
+
+def test_log_problems():
+    perm = ("==PROF== Connected to process 1\n==ERROR== ERR_NVGPUCTRPERM - The user does not have "
+            "permission to access NVIDIA GPU Performance Counters on the target device 0.")
+    assert "NVreg_RestrictProfilingToAdminUsers=0" in check_log(perm)
+    assert "matched no range" in check_log("==WARNING== No kernels were profiled.\n")
+    assert check_log("==PROF== Disconnected from process 1\n") is None
