@@ -94,7 +94,9 @@ def compare(out, ref_hi, ref_lo, dtype: torch.dtype, tol_factor: float) -> tuple
         worst["rel_err"] = max(worst["rel_err"], rel)
         if reason is None:
             if unwritten:
-                reason = f"{name}: {unwritten} of {o.numel()} elements never written (NaN poison)"
+                reason = (f"{name}: {unwritten} of {o.numel()} elements are NaN where the "
+                          "reference is finite (never written over the NaN poison, or NaN "
+                          "computed)")
             elif nonfinite:
                 reason = f"{name}: {nonfinite} non-finite elements where the reference is finite"
             elif err > tol:

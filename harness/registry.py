@@ -20,6 +20,7 @@ the passes need (inputs, reference, flops/bytes, how to call an impl).
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import traceback
 from dataclasses import dataclass, field
@@ -278,16 +279,20 @@ def registry() -> Registry:
 
 
 def _discover(reg: Registry) -> None:
+    """Import every package under kernels/, then the modules named in $HARNESS_OPS
+    (comma-separated, e.g. ops that live outside this repository)."""
     import kernels
 
-    for mod in sorted(pkgutil.iter_modules(kernels.__path__), key=lambda m: m.name):
-        if not mod.ispkg or mod.name.startswith("_"):
-            continue
+    names = [f"kernels.{m.name}" for m in sorted(pkgutil.iter_modules(kernels.__path__),
+                                                  key=lambda m: m.name)
+             if m.ispkg and not m.name.startswith("_")]
+    names += [n.strip() for n in os.environ.get("HARNESS_OPS", "").split(",") if n.strip()]
+    for name in names:
         try:
-            module = importlib.import_module(f"kernels.{mod.name}")
+            module = importlib.import_module(name)
         except Exception as exc:  # a broken kernel folder must not hide the others
             last = traceback.format_exception_only(type(exc), exc)[-1].strip()
-            reg.broken[mod.name] = last
+            reg.broken[name.removeprefix("kernels.")] = last
             continue
         op = getattr(module, "op", None)
         if isinstance(op, Op):

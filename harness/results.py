@@ -31,12 +31,12 @@ def _status(check: dict | None, timed: dict | None) -> tuple[str, str | None]:
     recs = [r for r in (check, timed) if r]
     if not recs:
         return "pending", None
+    for r in recs:  # an error in check makes time 'skipped': report the error
+        if r["status"] == "error":
+            return "error", r.get("error")
     for r in recs:
         if r["status"] == "skipped":
             return "skipped", r.get("error")
-    for r in recs:
-        if r["status"] == "error":
-            return "error", r.get("error")
     if check and check["status"] == "failed":
         return "failed", check.get("error")
     if check is None or timed is None:

@@ -134,8 +134,10 @@ def render(run_dir: str | Path, console: Console) -> None:
     console.print(t)
     clock = df["clock"].dropna().unique() if "clock" in df.columns else []
     if len(clock):
-        console.print(f"[dim]timing clock: {', '.join(clock)}; spread = half the p20–p80 range; "
-                      f"speedup = baseline median / median (correct cases only)[/]")
+        legend = f"timing clock: {', '.join(clock)}; spread = half the p20–p80 range"
+        if not cpu:
+            legend += "; speedup = baseline median / median (correct cases only)"
+        console.print(f"[dim]{legend}[/]")
     for r in df.to_dict("records"):
         if r["status"] in ("failed", "error", "skipped") and r.get("error"):
             console.print(f"[red]{r['status']}[/] {r['case_id']}: {r['error']}")
@@ -145,9 +147,12 @@ def render(run_dir: str | Path, console: Console) -> None:
     for r in df.to_dict("records"):  # verdicts of profiled cases (the table has % roof)
         if r.get("verdict") and _n(r.get("ncu_duration_us")) is not None:
             console.print(f"[cyan]verdict[/] {r['case_id']}: {r['verdict']}")
+    by_state: dict[str, list[str]] = {}
     for name, state in (m.get("passes") or {}).items():
         if not str(state).startswith("done"):
-            console.print(f"[dim]{name}: {state}[/]")
+            by_state.setdefault(str(state), []).append(name)
+    for state, names in by_state.items():  # e.g. "ncu, nsys: skipped: no CUDA device ..."
+        console.print(f"[dim]{', '.join(names)}: {state}[/]", soft_wrap=True)
 
 
 def to_json(run_dir: str | Path) -> dict:

@@ -1,0 +1,84 @@
+"""An op for testing the harness itself (loaded with HARNESS_OPS=harness_test_ops).
+
+`scale2`: y = 2x over a vector of N elements. Implementations cover the ways a candidate can
+go wrong: right, zeros, NaN, an off-by-one store mask (last element never written), an
+exception, a hard crash of the worker process (SIGSEGV), and a slow one for Ctrl-C tests.
+"""
+import os
+import signal
+import time
+
+import torch
+
+from harness.registry import Op, Param
+
+op = Op("scale2", params=[Param("N", int)], dtypes=("float32", "float16"), primary="gbps",
+        description="y = 2x (harness self-test op)")
+
+
+@op.inputs
+def make_inputs(p, dtype, device, gen):
+    return (torch.randn(p.N, generator=gen, device=device, dtype=torch.float32).to(dtype),)
+
+
+@op.reference
+def reference(x):
+    return x * 2
+
+
+@op.bytes
+def nbytes(p, itemsize):
+    return 2.0 * p.N * itemsize
+
+
+@op.flops
+def flops(p):
+    return float(p.N)
+
+
+@op.output
+def output(inputs, p):
+    return torch.empty_like(inputs[0])
+
+
+@op.impl("torch", backend="torch")
+def good(x):
+    return x * 2
+
+
+@op.impl("zeros", backend="torch", accepts_out=True)
+def zeros(x, out):
+    return out.zero_()
+
+
+@op.impl("nan", backend="torch")
+def nan(x):
+    return torch.full_like(x, float("nan"))
+
+
+@op.impl("off_by_one", backend="torch", accepts_out=True)
+def off_by_one(x, out):
+    out[:-1] = x[:-1] * 2  # the last element is never written
+    return out
+
+
+@op.impl("raises", backend="torch")
+def raises(x):
+    raise RuntimeError("deliberate failure in the kernel")
+
+
+@op.impl("segfault", backend="torch")
+def segfault(x):
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+@op.impl("slow", backend="torch")
+def slow(x):
+    time.sleep(float(os.environ.get("HARNESS_TEST_SLOW_S", "0.3")))
+    return x * 2
+
+
+@op.impl("gpu_only", backend="library",
+         unavailable=lambda p, dtype, device: None if device == "cuda" else "needs a CUDA device")
+def gpu_only(x):
+    return x * 2

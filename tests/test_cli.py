@@ -1,0 +1,145 @@
+"""The CLI end to end on the CPU: real subprocesses, real worker processes, real parquet."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness import store
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
+       "HARNESS_OPS": "harness_test_ops", "COLUMNS": "200"}
+
+
+def harness(*args, check=False, **kw):
+    p = subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, env=ENV,
+                       capture_output=True, text=True, timeout=600, **kw)
+    if check and p.returncode != 0:
+        raise AssertionError(f"exit {p.returncode}\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def only_run(root: Path) -> Path:
+    runs = [d for d in root.iterdir() if (d / "manifest.json").exists()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+@pytest.mark.slow
+def test_softmax_smoke_run_on_cpu(tmp_path):
+    p = harness("run", "experiments/softmax.yaml", "--out", str(tmp_path), check=True)
+    run = only_run(tmp_path)
+    assert p.stdout.strip().splitlines()[-1] == f"run stored at {run.relative_to(ROOT) if run.is_relative_to(ROOT) else run}"
+    assert "No CUDA device" in p.stdout and "smoke sweep" in p.stdout
+    assert "ncu, nsys: skipped: no CUDA device" in p.stdout
+    m = store.load_manifest(run)
+    assert m["status"] == "complete" and m["device"] == "cpu" and m["smoke"] is True
+    assert m["env"]["torch"] and m["spec_hash"] and m["command"][:4] == ["python", "-m",
+                                                                         "harness", "run"]
+    cases, results = store.load_cases(run), store.load_results(run)
+    assert len(cases) == 6 and set(cases.status) == {"ok"}
+    assert results.correct.all() and (results.clock == "cpu_wall").all()
+    samples = store.load_samples(run)
+    assert samples.groupby("case_id").size().min() >= 3
+    js = json.loads(harness("show", str(run), "--format", "json", check=True).stdout)
+    assert js["run_id"] == run.name and len(js["cases"]) == 6
+    assert all(c["correct"] for c in js["cases"])
+    table = harness("show", run.name, "--out", str(tmp_path), check=True).stdout
+    assert "triton" in table and "✓" in table
+
+
+def _exp(tmp_path, impls, extra=""):
+    path = tmp_path / "e.yaml"
+    path.write_text(f"name: selftest\nop: scale2\nbaseline: torch\ncandidates: {impls}\n"
+                    f"sweep: {{N: [64, 1000]}}\ndtypes: [float32]\n"
+                    f"timing: {{rep_ms: 20, min_samples: 3}}\n{extra}")
+    return path
+
+
+@pytest.mark.slow
+def test_a_failing_or_crashing_kernel_fails_its_case_not_the_run(tmp_path):
+    exp = _exp(tmp_path, "[segfault, raises, zeros, gpu_only, slow]")
+    out = tmp_path / "runs"
+    p = harness("run", str(exp), "--out", str(out), check=True)
+    run = only_run(out)
+    cases = store.load_cases(run).set_index("case_id")
+    res = store.load_results(run).set_index("case_id")
+    st = cases.status.to_dict()
+    assert st["torch.N=64.float32"] == "ok" and st["slow.N=1000.float32"] == "ok"
+    assert st["segfault.N=64.float32"] == "error"
+    assert "worker died (signal SIGSEGV)" in cases.error["segfault.N=64.float32"]
+    assert st["raises.N=1000.float32"] == "error"
+    assert "deliberate failure" in cases.error["raises.N=1000.float32"]
+    assert st["zeros.N=64.float32"] == "failed"
+    assert st["gpu_only.N=64.float32"] == "skipped"
+    assert cases.error["gpu_only.N=64.float32"] == "needs a CUDA device"
+    assert pd.isna(res.speedup_vs_baseline["zeros.N=64.float32"])  # no speedup for wrong ones
+    assert res.speedup_vs_baseline["slow.N=64.float32"] > 0
+    assert res.speedup_vs_baseline["torch.N=64.float32"] == pytest.approx(1.0)
+    assert "worker died" in p.stdout
+
+
+@pytest.mark.slow
+def test_ctrl_c_leaves_a_readable_partial_run_and_resume_finishes_it(tmp_path):
+    exp = _exp(tmp_path, "[slow]")
+    out = tmp_path / "runs"
+    env = {**ENV, "HARNESS_TEST_SLOW_S": "0.5"}
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", str(exp), "--out", str(out)],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        runs = [d for d in out.iterdir()] if out.exists() else []
+        if runs and store.read_parts(runs[0], "check"):
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    text, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, text
+    run = only_run(out)
+    assert store.load_manifest(run)["status"] == "interrupted"
+    assert "--resume" in text
+    partial = store.load_cases(run)
+    assert (partial.status == "pending").any()
+    assert harness("show", str(run)).returncode == 0  # readable as it is
+    p = harness("run", "--resume", run.name, "--out", str(out), check=True)
+    assert "resuming run" in p.stdout
+    assert store.load_manifest(run)["status"] == "complete"
+    assert set(store.load_cases(run).status) == {"ok"}
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["run", "experiments/nope.yaml"], "no such experiment file"),
+    (["run", "EXP", "--cases", "zzz*"], "--cases: 'zzz*' matches no case"),
+    (["show", "no-such-run"], "run 'no-such-run' not found"),
+    (["run"], "missing experiment file"),
+])
+def test_user_errors_are_one_line_exit_2_and_write_nothing(tmp_path, args, expected):
+    exp = _exp(tmp_path, "[zeros]")
+    args = [str(exp) if a == "EXP" else a for a in args]
+    out = tmp_path / "runs"
+    p = harness(*args, "--out", str(out))
+    assert p.returncode == 2, p.stdout + p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], p.stderr
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_bad_yaml_via_cli(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nop: softmax\nbaseline: torch\nsweep: {M: [1], N: [\"big\"]}\n")
+    p = harness("run", str(bad), "--out", str(tmp_path / "runs"))
+    assert p.returncode == 2
+    assert p.stderr.strip() == f"error: {bad}: sweep.N[0]: expected integer, got 'big'"
+    assert not (tmp_path / "runs").exists()
+
+
+def test_list_shows_ops_and_experiments():
+    p = harness("list", check=True)
+    assert "softmax" in p.stdout and "scale2" in p.stdout and "experiments/softmax.yaml" in p.stdout

@@ -1,0 +1,90 @@
+"""The correctness check must fail wrong kernels: zeros, NaN, unwritten elements, off-by-one."""
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from harness.correctness import check, compare
+from harness.registry import Params, registry
+
+import harness_test_ops  # noqa: F401  (registers the self-test op `scale2`)
+
+OP = harness_test_ops.op
+
+
+@pytest.mark.parametrize("impl, ok, reason", [
+    ("torch", True, None),
+    ("zeros", False, "max abs error"),
+    ("nan", False, "1000 of 1000 elements are NaN"),
+    ("off_by_one", False, "1 of 1000 elements are NaN"),
+])
+def test_scale2_impls(impl, ok, reason):
+    res = check(OP, OP.get_impl(impl), Params(N=1000), "float32", "cpu", trials=2, seed=1)
+    assert res.correct is ok, res
+    if reason:
+        assert reason in res.error
+    else:
+        assert res.error is None and res.trials == 2
+
+
+@triton.jit
+def _softmax_off_by_one(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    # bug: the load mask drops the last column from max and sum
+    x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols - 1, other=-float("inf"))
+    e = tl.exp(x.to(tl.float32) - tl.max(x.to(tl.float32), 0))
+    tl.store(y_ptr + row * n_cols + cols, (e / tl.sum(e, 0)).to(tl.float16), mask=cols < n_cols)
+
+
+def test_triton_kernel_with_an_off_by_one_mask_fails():
+    op = registry().get_op("softmax")
+
+    def buggy(x, out=None):
+        _softmax_off_by_one[(x.shape[0],)](x, out, x.shape[1],
+                                           BLOCK=triton.next_power_of_2(x.shape[1]))
+        return out
+
+    from harness.registry import Impl
+
+    impl = Impl("buggy", "softmax", buggy, "triton", accepts_out=True)
+    res = check(op, impl, Params(M=3, N=37), "float16", "cpu", trials=1)
+    assert not res.correct and "max abs error" in res.error
+    good = check(op, op.get_impl("triton"), Params(M=3, N=37), "float16", "cpu", trials=1)
+    assert good.correct, good
+
+
+def test_tolerance_is_tied_to_torchs_own_error():
+    ref = torch.linspace(-1, 1, 101, dtype=torch.float32)
+    lo = ref.half()  # torch's own fp16 result: off by at most half an ulp
+    torch_err = float((lo.float() - ref).abs().max())
+    ulp = 2.0 ** -10  # fp16 ulp at |x| in [1, 2): tol = 2 x torch_err + 1 ulp (~2 ulp)
+    figures, reason = compare(lo, ref, lo, torch.float16, 2.0)
+    assert reason is None and figures["torch_err"] == pytest.approx(torch_err)
+    assert figures["tol"] == pytest.approx(2 * torch_err + ulp * 1.0)
+    _, reason = compare((ref + ulp).half(), ref, lo, torch.float16, 2.0)
+    assert reason is None  # one ulp off: accepted
+    _, reason = compare((ref + 4 * ulp).half(), ref, lo, torch.float16, 2.0)
+    assert reason is not None and "tolerance" in reason
+
+
+def test_shape_mismatch_fails():
+    _, reason = compare(torch.zeros(3), torch.zeros(4), torch.zeros(4), torch.float32, 2.0)
+    assert "shape" in reason
+
+
+def test_every_registered_triton_impl_is_correct_on_the_smoke_sweep():
+    """All committed experiments' Triton candidates pass on their smoke cases (interpreter)."""
+    from pathlib import Path
+
+    from harness import spec
+
+    root = Path(__file__).resolve().parent.parent
+    exp = spec.load(root / "experiments" / "softmax.yaml")
+    op = registry().get_op(exp.op)
+    for case in spec.expand(exp, smoke=True):
+        if op.get_impl(case.impl).backend != "triton":
+            continue
+        res = check(op, op.get_impl(case.impl), Params(case.params_dict), case.dtype, "cpu",
+                    trials=1)
+        assert res.correct, (case.case_id, res.error)

@@ -1,0 +1,47 @@
+"""Timing statistics and the stopping rule (CPU clock; CUDA events are exercised on the GPU)."""
+import math
+import time
+
+import pytest
+
+from harness.timing import Samples, _enough, bench, rel_stderr
+
+
+def test_sample_statistics():
+    s = Samples(tuple(float(i) for i in range(1, 101)), "cpu_wall")
+    assert s.n == 100
+    assert s.median == pytest.approx(50.5)
+    assert s.p20 == pytest.approx(20.8)
+    assert s.p80 == pytest.approx(80.2)
+    assert s.iqr == pytest.approx(49.5)
+    summary = s.summary()
+    assert summary["clock"] == "cpu_wall" and summary["n_samples"] == 100
+
+
+def test_rel_stderr():
+    assert rel_stderr([1.0]) == math.inf
+    assert rel_stderr([2.0, 2.0, 2.0]) == 0.0
+    a = [1.0, 2.0, 3.0, 4.0]
+    assert rel_stderr(a) == pytest.approx(1.2909944 / 2 / 2.5)
+
+
+def test_stopping_rule():
+    noisy = [1.0, 3.0] * 10
+    assert not _enough([1.0] * 5, 0.0, 100, 10, 1000, 0.01)     # below min_samples
+    assert _enough([1.0] * 10, 0.0, 100, 10, 1000, 0.01)        # precise enough
+    assert not _enough(noisy, 10.0, 100, 10, 1000, 0.01)        # noisy, budget left
+    assert _enough(noisy, 150.0, 100, 10, 1000, 0.01)           # budget spent
+    assert _enough([1.0, 3.0] * 500, 0.0, 1e9, 10, 1000, 1e-9)  # max_samples
+
+
+def test_cpu_bench_measures_the_callable():
+    s = bench(lambda: time.sleep(0.002), device="cpu", warmup_ms=1, rep_ms=50, min_samples=5,
+              max_samples=50, max_rel_err=1e-9)
+    assert s.clock == "cpu_wall" and 5 <= s.n <= 50
+    assert 1.5 < s.median < 20
+
+
+def test_cpu_bench_stops_early_when_precise():
+    s = bench(lambda: None, device="cpu", warmup_ms=1, rep_ms=10_000, min_samples=10,
+              max_samples=100_000, max_rel_err=0.5)
+    assert s.n < 100_000
