@@ -66,6 +66,8 @@ class TimingOptions(_Strict):
     flush_l2: bool = True
     cuda_graph: bool = False
     max_rel_err: float = Field(0.005, gt=0, lt=1, description="stop early at this rel. std. error")
+    host_overhead: Literal["hide", "include"] = Field(
+        "hide", description="hide: events time device work only; include: idle gaps count")
 
 
 class CorrectnessOptions(_Strict):

@@ -6,6 +6,13 @@ taken in batches until the relative standard error of the mean is <= max_rel_err
 min_samples) or the time budget rep_ms is spent. `cuda_graph: true` captures one call into a CUDA
 graph and times its replays (launch overhead removed).
 
+Host overhead: with `host_overhead="hide"` (default) the GPU is held in a short spin
+(torch.cuda._sleep) after the flush, sized to twice the call's measured host (Python + launch)
+time, so the kernels are already queued when the start event fires: the events then time the
+device work alone, and a slow Python wrapper (torch.compile guards, autotuner lookups) cannot
+leak into it. `host_overhead="include"` times what a caller waits for, idle gaps included.
+Host launch cost is reported separately by the nsys pass (launch_api_us).
+
 CPU (`clock="cpu_wall"`): the same loop with time.perf_counter — only meaningful relative to
 other CPU numbers; the summary labels these timings.
 """
@@ -82,12 +89,46 @@ class _Flusher:
 def bench(fn: Callable[[], object], *, device: str, warmup_ms: float = 25.0,
           rep_ms: float = 200.0, min_samples: int = 10, max_samples: int = 5000,
           flush_l2: bool = True, cuda_graph: bool = False, max_rel_err: float = 0.005,
-          flusher: _Flusher | None = None) -> Samples:
+          host_overhead: str = "hide", flusher: _Flusher | None = None) -> Samples:
     """Time `fn`; return the raw samples in milliseconds."""
     if device == "cuda":
         return _bench_cuda(fn, warmup_ms, rep_ms, min_samples, max_samples,
-                           flusher or _Flusher(device, flush_l2), cuda_graph, max_rel_err)
+                           flusher or _Flusher(device, flush_l2), cuda_graph, max_rel_err,
+                           host_overhead == "hide")
     return _bench_cpu(fn, warmup_ms, rep_ms, min_samples, max_samples, max_rel_err)
+
+
+_SLEEP_CYCLES_PER_MS: float | None = None
+
+
+def _sleep_cycles_per_ms() -> float:
+    """How many torch.cuda._sleep cycles make a millisecond on this GPU (measured once)."""
+    global _SLEEP_CYCLES_PER_MS
+    if _SLEEP_CYCLES_PER_MS is None:
+        import torch
+
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(100_000)
+        s.record()
+        torch.cuda._sleep(2_000_000)
+        e.record()
+        torch.cuda.synchronize()
+        _SLEEP_CYCLES_PER_MS = 2_000_000 / max(s.elapsed_time(e), 1e-3)
+    return _SLEEP_CYCLES_PER_MS
+
+
+def host_ms(fn: Callable[[], object], reps: int = 5) -> float:
+    """Median host time to enqueue one call (Python + launches), the device drained between."""
+    import torch
+
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    torch.cuda.synchronize()
+    return float(np.median(times))
 
 
 def _enough(ms: list[float], elapsed_ms: float, rep_ms: float, min_samples: int,
@@ -115,7 +156,7 @@ def _bench_cpu(fn, warmup_ms, rep_ms, min_samples, max_samples, max_rel_err) -> 
 
 
 def _bench_cuda(fn, warmup_ms, rep_ms, min_samples, max_samples, flush, cuda_graph,
-                max_rel_err) -> Samples:
+                max_rel_err, hide_host) -> Samples:
     import torch
 
     fn()
@@ -150,6 +191,9 @@ def _bench_cuda(fn, warmup_ms, rep_ms, min_samples, max_samples, flush, cuda_gra
         run = graph.replay
         clock = "cuda_graph"
 
+    sleep = 0
+    if hide_host:  # hold the GPU until the call's kernels are queued (see module docstring)
+        sleep = int(min(max(2 * host_ms(run), 0.02), 5.0) * _sleep_cycles_per_ms())
     batch = int(min(max(1, 20.0 / est), 100))  # ~20 ms of work between host syncs
     ms: list[float] = []
     begin = time.perf_counter()
@@ -160,6 +204,8 @@ def _bench_cuda(fn, warmup_ms, rep_ms, min_samples, max_samples, flush, cuda_gra
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         for i in range(n):
             flush()
+            if sleep:
+                torch.cuda._sleep(sleep)
             starts[i].record()
             run()
             ends[i].record()

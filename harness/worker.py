@@ -102,7 +102,8 @@ class Worker:
             samples = timing.bench(fn, device="cuda", warmup_ms=t.warmup_ms, rep_ms=t.rep_ms,
                                    min_samples=t.min_samples, max_samples=t.max_samples,
                                    flush_l2=t.flush_l2, cuda_graph=t.cuda_graph,
-                                   max_rel_err=t.max_rel_err, flusher=self.flusher)
+                                   max_rel_err=t.max_rel_err, host_overhead=t.host_overhead,
+                                   flusher=self.flusher)
         else:  # interpreter / CPU: a few wall-clock samples, labelled as such
             peak = None
             samples = timing.bench(fn, device="cpu", warmup_ms=1e-3,
