@@ -212,10 +212,15 @@ class Runner:
                                         "torch_profiler" else "profile", self.device, cases,
                                         tag=prof_name), out_dir, options)
 
-        def on_event(ev):
+        per_case: dict[str, float] = {}
+        began: dict[str, float] = {}
+
+        def on_event(ev):  # per-case wall time under the profiler (replay passes included)
             if ev["event"] == "start":
+                began[ev["case_id"]] = time.monotonic()
                 progress.update(task, description=f"{prof_name} {ev['case_id']}")
             elif ev["event"] == "done":
+                per_case[ev["case_id"]] = round(time.monotonic() - began[ev["case_id"]], 2)
                 progress.advance(task)
 
         env = {**worker_env(self.device), **prof.env()}
@@ -242,7 +247,7 @@ class Runner:
             self._set_pass(prof_name, f"failed: {type(exc).__name__}: {exc}")
             return
         self._merge_metrics(prof.source, df)
-        timing = {"wall_s": round(wall, 2), "cases": len(cases)}
+        timing = {"wall_s": round(wall, 2), "cases": len(cases), "per_case_s": per_case}
         self.manifest = store.update_manifest(
             self.run_dir, profiler_wall_s={**self.manifest.get("profiler_wall_s", {}),
                                            prof_name: timing})
