@@ -1,0 +1,455 @@
+"""Cached loaders and view logic for the dashboard; the pages only lay out widgets and charts.
+
+Everything is read through `harness.store` (the only module that knows the file layout) and
+`harness.analysis`. Loaders are cached with `st.cache_data`, keyed on the run directory and a
+stamp of its entries' mtimes, so a run that is still being written shows its newest state.
+
+Store roots: the user's store (default `runs/`) and the committed examples (`runs/examples/`,
+real GPU runs), given to the app as `streamlit run dashboard/app.py -- --store DIR ...` or in
+the environment variable KERNEL_LAB_STORES (os.pathsep-separated).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from harness import store
+from harness.analysis.summary import short_kernel_name, summary_frame
+from harness.errors import HarnessError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES_ROOT = REPO_ROOT / "runs" / "examples"
+ENV_STORES = "KERNEL_LAB_STORES"
+ENV_NO_EXAMPLES = "KERNEL_LAB_NO_EXAMPLES"
+NONE = ""  # the "no second run" choice of the selection widgets
+
+
+# -- store roots -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Root:
+    path: str
+    example: bool
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="dashboard/app.py", allow_abbrev=False, add_help=False)
+    ap.add_argument("--store", action="append", default=None)
+    ap.add_argument("--no-examples", action="store_true")
+    return ap.parse_known_args(argv)[0]
+
+
+def store_roots(argv: list[str] | None = None, environ: dict | None = None) -> list[Root]:
+    """The store roots: `--store` args, else $KERNEL_LAB_STORES, else `runs`; plus the examples."""
+    environ = os.environ if environ is None else environ
+    a = parse_args(list(argv or []))
+    paths = a.store or [p for p in environ.get(ENV_STORES, "").split(os.pathsep) if p] or ["runs"]
+    no_examples = a.no_examples or environ.get(ENV_NO_EXAMPLES, "") not in ("", "0")
+    ex = EXAMPLES_ROOT.resolve()
+    if not no_examples and EXAMPLES_ROOT.is_dir():
+        paths = [*paths, str(EXAMPLES_ROOT)]
+    roots, seen = [], set()
+    for p in paths:
+        rp = Path(p).expanduser().resolve()
+        if rp in seen:
+            continue
+        seen.add(rp)
+        roots.append(Root(str(rp), rp == ex))
+    return roots
+
+
+def _stamp(path: str | Path) -> tuple:
+    """Names, sizes and mtimes of a directory's entries: changes whenever a file is renamed in."""
+    try:
+        return tuple(sorted((e.name, e.stat().st_mtime_ns, e.stat().st_size)
+                            for e in os.scandir(path)))
+    except OSError:
+        return ()
+
+
+# -- one run ---------------------------------------------------------------------------------------
+
+@dataclass
+class RunData:
+    """Everything a page needs about one run; `error` set when the run cannot be read."""
+    path: str
+    run_id: str
+    error: str | None = None
+    detail: str | None = None  # traceback of an unexpected failure, for an expander
+    manifest: dict = field(default_factory=dict)
+    summary: pd.DataFrame = field(default_factory=pd.DataFrame)
+    metrics: pd.DataFrame = field(default_factory=pd.DataFrame)
+    calibration: dict | None = None
+    example: bool = False  # a committed example run (real GPU capture shipped with the repo)
+
+    @property
+    def gpu(self) -> str | None:
+        return (self.manifest.get("env") or {}).get("gpu_name")
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.manifest.get("device") != "cuda"
+
+    @property
+    def title(self) -> str:
+        exp = self.manifest.get("experiment") or {}
+        where = self.gpu or "CPU"
+        tag = " · example run (committed with the repository)" if self.example else ""
+        return f"{exp.get('name', '?')} · op {exp.get('op', '?')} · {where} · {self.run_id}{tag}"
+
+
+def _read_run(path: str, cal_roots: tuple[str, ...]) -> RunData:
+    rd = RunData(path=path, run_id=Path(path).name,
+                 example=Path(path).resolve().parent == EXAMPLES_ROOT.resolve())
+    try:
+        rd.manifest = store.load_manifest(path)
+        rd.example = rd.example or bool(rd.manifest.get("example"))
+        rd.summary = summary_frame(path)
+        rd.metrics = store.load_metrics(path)
+    except HarnessError as exc:  # StoreError: bad manifest, unreadable parquet
+        rd.error = str(exc)
+        return rd
+    except Exception as exc:  # a malformed table: shown on this run's card, the app goes on
+        rd.error = f"{path}: unreadable run ({type(exc).__name__}: {exc})"
+        rd.detail = traceback.format_exc()
+        return rd
+    if not len(rd.summary):
+        status = rd.manifest.get("status")
+        rd.error = (f"{path}: no cases recorded (status {status!r}; the cases table is missing "
+                    "or empty: a half-written run?)")
+        return rd
+    rd.calibration = store.load_calibration(rd.gpu, str(Path(path).parent), *cal_roots)
+    return rd
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _cached_run(path: str, stamp: tuple, cal_roots: tuple[str, ...]) -> RunData:
+    return _read_run(path, cal_roots)
+
+
+def load_run(path: str, roots: list[Root] | None = None) -> RunData:
+    cal_roots = tuple(r.path for r in roots or [])
+    return _cached_run(str(path), _stamp(path), cal_roots)
+
+
+def error_card(run_id: str, message: str, detail: str | None = None) -> None:
+    """The card an unreadable run gets in place of its content; the rest of the app goes on."""
+    with st.container(border=True):
+        st.error(f"**{run_id}** cannot be shown: {message}", icon=":material/error:")
+        if detail:
+            with st.expander("traceback"):
+                st.code(detail, language="text")
+
+
+def selected_run(key: str = "run_a") -> RunData:
+    """The run chosen in the sidebar; stops the page with a card when there is none or it is
+    unreadable."""
+    path = st.session_state.get(key) or NONE
+    if not path:
+        st.info("No runs in the stores yet. Make one with "
+                "`python -m harness run experiments/softmax.yaml`.")
+        st.stop()
+    rd = load_run(path, st.session_state.get("roots"))
+    if rd.error:
+        error_card(rd.run_id, rd.error, rd.detail)
+        st.stop()
+    return rd
+
+
+# -- the runs table --------------------------------------------------------------------------------
+
+RUN_COLUMNS = ["source", "run_id", "experiment", "op", "created", "gpu", "git", "status",
+               "cases", "ok", "not ok", "problem", "path"]
+
+
+def _git(row: dict) -> str:
+    sha = row.get("git_sha")
+    if not sha:
+        return "-"
+    return sha[:8] + ("*" if row.get("git_dirty") else "")
+
+
+def runs_frame(roots: list[Root]) -> pd.DataFrame:
+    """One row per run under the roots, newest first; unreadable runs carry `problem`."""
+    rows = []
+    example_roots = {r.path for r in roots if r.example}
+    for r in store.list_runs(*(r.path for r in roots)):
+        rd = load_run(r["path"], roots)
+        st_counts = rd.summary["status"].value_counts() if len(rd.summary) else pd.Series()
+        created = pd.to_datetime(r.get("created"), utc=True, errors="coerce")
+        rows.append({
+            "source": "example" if (r["root"] in example_roots or r.get("example")) else "user",
+            "run_id": r["run_id"],
+            "experiment": r.get("experiment") or "",
+            "op": r.get("op") or "",
+            "created": created.strftime("%Y-%m-%d %H:%M") if pd.notna(created) else "",
+            "gpu": r.get("gpu") or ("CPU" if r.get("device") == "cpu" else "-"),
+            "git": _git(r),
+            "status": r.get("status") or ("unreadable" if rd.error else "-"),
+            "cases": int(len(rd.summary)),
+            "ok": int(st_counts.get("ok", 0)),
+            "not ok": int(len(rd.summary) - st_counts.get("ok", 0)),
+            "problem": rd.error or r.get("error") or "",
+            "path": r["path"],
+            "_sort": r.get("created") or "",
+        })
+    if not rows:
+        return pd.DataFrame(columns=RUN_COLUMNS)
+    df = pd.DataFrame(rows).sort_values(["_sort", "run_id"], ascending=False)
+    return df.drop(columns="_sort").reset_index(drop=True)[RUN_COLUMNS]
+
+
+def filter_runs(runs: pd.DataFrame, experiments: list[str], ops: list[str]) -> pd.DataFrame:
+    out = runs
+    if experiments:
+        out = out[out.experiment.isin(experiments)]
+    if ops:
+        out = out[out.op.isin(ops)]
+    return out.reset_index(drop=True)
+
+
+def run_label(runs: pd.DataFrame, path: str) -> str:
+    if path == NONE:
+        return "(none)"
+    row = runs[runs.path == path]
+    if not len(row):
+        return Path(path).name
+    r = row.iloc[0]
+    tag = " [example]" if r.source == "example" else ""
+    bad = " ⚠ unreadable" if r.problem else ""
+    return f"{r.run_id} · {r.experiment or '?'} · {r.gpu}{tag}{bad}"
+
+
+def find_run(runs: pd.DataFrame, ref: str | None) -> str:
+    """The path of the run named by `ref` (run id or path), else ''."""
+    hit = runs[(runs.run_id == ref) | (runs.path == ref)] if ref else runs.iloc[0:0]
+    return hit.path.iloc[0] if len(hit) else NONE
+
+
+def default_run(runs: pd.DataFrame, query_run: str | None = None) -> str:
+    """The run named in the URL (?run=<run_id>), else the newest readable run, else ''."""
+    if find_run(runs, query_run):
+        return find_run(runs, query_run)
+    good = runs[runs.problem == ""]
+    if len(good):
+        return good.path.iloc[0]
+    return runs.path.iloc[0] if len(runs) else NONE
+
+
+def selection_from_rows(table: pd.DataFrame, rows: list[int]) -> tuple[str, str]:
+    """Rows picked in the (newest-first) runs table -> (run, baseline): newer is the run."""
+    paths = [table.path.iloc[i] for i in sorted(rows) if 0 <= i < len(table)]
+    if not paths:
+        return NONE, NONE
+    return paths[0], paths[1] if len(paths) > 1 else NONE
+
+
+# -- the run page ----------------------------------------------------------------------------------
+
+def _num(x) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
+def _flags(x) -> list[str]:
+    if isinstance(x, str) and x:
+        try:
+            v = json.loads(x)
+        except json.JSONDecodeError:
+            return [x]
+        return v if isinstance(v, list) else [str(v)]
+    return list(x) if isinstance(x, (list, tuple)) else []
+
+
+def case_label(params: dict) -> str:
+    return " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+                    for k, v in (params or {}).items())
+
+
+def summary_table(df: pd.DataFrame, cpu: bool) -> pd.DataFrame:
+    """The run's summary for people: one row per case, numbers rounded, empty columns dropped."""
+    out = pd.DataFrame({
+        "impl": df.impl, "case": df.params.apply(case_label), "dtype": df.dtype,
+        "status": df.status, "correct": df.get("correct"),
+        "median ms": df.get("median_ms"),
+        "spread %": [(_num(h) - _num(lo)) / 2 / _num(m) * 100
+                     if _num(m) and _num(h) is not None and _num(lo) is not None else None
+                     for m, lo, h in zip(df.get("median_ms"), df.get("p20_ms"), df.get("p80_ms"))],
+    })
+    if not cpu:  # interpreter timings say nothing about speed
+        for col, name in (("speedup_vs_baseline", "speedup"), ("gbps", "GB/s"),
+                          ("tflops", "TFLOP/s"), ("pct_of_roof", "% roof"), ("bound", "bound")):
+            if col in df:
+                out[name] = df[col]
+    for col, name in (("dram_throughput_pct", "DRAM %"), ("achieved_occupancy_pct", "occ %"),
+                      ("top_stall", "top stall"), ("kernel_count", "kernels"),
+                      ("verdict", "verdict")):
+        if col in df:
+            out[name] = df[col]
+    out["flags"] = df.get("flags", pd.Series([None] * len(df))).apply(
+        lambda v: "; ".join(_flags(v)))
+    out = out.dropna(axis=1, how="all")
+    return out.round(4)
+
+
+def problems_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Cases that are not plainly fine: failed/errored/skipped, incorrect, or flagged."""
+    rows = []
+    for r in df.to_dict("records"):
+        flags = _flags(r.get("flags"))
+        incorrect = r.get("correct") is False or r.get("correct") == 0
+        if r.get("status") != "ok" or incorrect or flags:
+            rows.append({"case_id": r["case_id"], "status": r.get("status"),
+                         "correct": r.get("correct"), "error": r.get("error") or "",
+                         "flags": "; ".join(flags)})
+    return pd.DataFrame(rows, columns=["case_id", "status", "correct", "error", "flags"])
+
+
+def run_facts(rd: RunData) -> dict[str, str]:
+    m, env = rd.manifest, rd.manifest.get("env") or {}
+    facts = {"status": str(m.get("status")), "device": rd.gpu or f"CPU ({env.get('cpu', '?')})",
+             "cases": str(len(rd.summary)),
+             "correct": f"{int(rd.summary['correct'].map(lambda v: v is True).sum())}"
+                        f"/{len(rd.summary)}",
+             "git": _git(env) if env else "-"}
+    for k in ("torch", "triton", "cuda", "driver"):
+        if env.get(k):
+            facts[k] = str(env[k])
+    return facts
+
+
+# -- roofline / stalls -----------------------------------------------------------------------------
+
+def has_ncu(rd: RunData) -> bool:
+    return bool(len(rd.metrics)) and bool((rd.metrics.source == "ncu").any())
+
+
+def roofline_points(df: pd.DataFrame, intensity: str) -> pd.DataFrame:
+    """The cases as roofline points: analytic intensity from the op's counts, or ncu-counted."""
+    out = df[["case_id", "impl", "dtype"]].copy()
+    out["case"] = df.params.apply(case_label)
+    tfl, gbps = df.get("tflops"), df.get("gbps")
+    if intensity == "counted":
+        out["intensity"] = df.get("counted_intensity")
+        out["TFLOP/s"] = df.get("ncu_tflops")
+        out["GB/s"] = df.get("ncu_dram_gbps")
+    else:
+        out["intensity"] = [(_num(t) or 0) * 1e3 / _num(g) if _num(g) else None
+                            for t, g in zip(tfl, gbps)] if tfl is not None else None
+        out["TFLOP/s"], out["GB/s"] = tfl, gbps
+    for col in ("pct_of_roof", "bound"):
+        if col in df:
+            out[col] = df[col]
+    return out.dropna(subset=["intensity"]).round(4)
+
+
+# -- history ---------------------------------------------------------------------------------------
+
+HISTORY_METRICS = {"median_ms": "median ms", "gbps": "GB/s", "tflops": "TFLOP/s",
+                   "speedup_vs_baseline": "speedup vs baseline", "pct_of_roof": "% of roof"}
+
+
+def history_frame(runs: pd.DataFrame, roots: list[Root], op: str, gpu: str) -> pd.DataFrame:
+    """Every case of `op` across the readable runs on `gpu` ("CPU" for CPU runs), oldest run
+    first, with an x label per run."""
+    parts = []
+    sel = runs[(runs.op == op) & (runs.gpu == gpu) & (runs.problem == "")].iloc[::-1]
+    for r in sel.itertuples():
+        rd = load_run(r.path, roots)
+        if rd.error:
+            continue
+        d = rd.summary.copy()
+        d["shape"] = d.params.apply(case_label) + " " + d.dtype
+        d["run_id"], d["created"], d["git"], d["source"] = r.run_id, r.created, r.git, r.source
+        d["gpu"] = r.gpu
+        d["x"] = f"{r.git if r.git != '-' else 'no git'} · {r.created[5:]} · {r.run_id[-4:]}"
+        parts.append(d)
+    if not parts:
+        return pd.DataFrame(columns=["impl", "shape", "x", "run_id"])
+    return pd.concat(parts, ignore_index=True)
+
+
+# -- timeline --------------------------------------------------------------------------------------
+
+def kernel_rows(metrics: pd.DataFrame, case_order: list[str] | None = None
+                ) -> tuple[str | None, pd.DataFrame, pd.DataFrame]:
+    """(source, per-kernel rows, per-case totals) from nsys rows, else torch.profiler rows;
+    kernel rows in `case_order` (the run's case order), then launch-table order."""
+    for source in ("nsys", "torch_profiler"):
+        m = metrics[metrics.source == source] if len(metrics) else metrics
+        if len(m):
+            break
+    else:
+        return None, pd.DataFrame(), pd.DataFrame()
+    k = m[m.kernel != ""].pivot_table(index=["case_id", "kernel"], columns="name",
+                                      values="value", aggfunc="first").reset_index()
+    k.columns.name = None
+    k.insert(2, "short_name", k.kernel.apply(short_kernel_name))
+    order = {c: i for i, c in enumerate(dict.fromkeys([*(case_order or []), *m.case_id]))}
+    k = k.sort_values("case_id", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
+    tot = m[m.kernel == ""].pivot_table(index="case_id", columns="name", values="value",
+                                        aggfunc="first")
+    tot.columns.name = None
+    return source, k, tot
+
+
+# -- compare ---------------------------------------------------------------------------------------
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _cached_compare(base: str, cand: str, stamps: tuple, allow: bool) -> dict:
+    from harness.analysis.compare import compare_runs, env_problems
+
+    env = [(store.load_manifest(p).get("env") or {}) for p in (base, cand)]
+    incomparable = env_problems(*env)
+    try:
+        c = compare_runs(base, cand, allow_incomparable=allow)
+    except HarnessError as exc:
+        return {"refused": str(exc), "incomparable": incomparable}
+    return {"refused": None, "incomparable": incomparable, "base_run": c.base_run,
+            "cand_run": c.cand_run, "problems": list(c.problems), "time": c.time,
+            "metrics": c.metrics, "headline": c.headline, "notes": list(c.notes)}
+
+
+def compare(base: str, cand: str, allow_incomparable: bool) -> dict:
+    """`compare_runs` as a dict. `refused` holds the message when it refuses (envs differ, no
+    common case); `incomparable` lists the env differences (what "compare anyway" overrides)."""
+    return _cached_compare(base, cand, (_stamp(base), _stamp(cand)), allow_incomparable)
+
+
+MARKS = {"faster": "▲ faster", "slower": "▼ slower", "same": "= same",
+         "ambiguous": "~ ambiguous", "missing": "x missing"}
+MARK_COLORS = {"faster": "#1a7f37", "slower": "#cf222e", "same": "#57606a",
+               "ambiguous": "#9a6700", "missing": "#8250df"}
+
+
+def time_table(time: pd.DataFrame) -> pd.DataFrame:
+    out = time.copy()
+    out["mark"] = out["mark"].map(lambda m: MARKS.get(m, m))
+    cols = ["mark", "key", "base_ms", "cand_ms", "ratio", "ci_low", "ci_high", "p_value", "text",
+            "base_n", "cand_n", "base_correct", "cand_correct"]
+    return out[[c for c in cols if c in out]].round(4)
+
+
+def moved_metrics(metrics: pd.DataFrame, min_rel: float) -> pd.DataFrame:
+    """The metrics `compare_runs` found moved, narrowed to |relative change| >= `min_rel`
+    (rows without a numeric change, like a new top stall, are kept), biggest first."""
+    if not len(metrics):
+        return metrics
+    rel = pd.to_numeric(metrics.rel_delta, errors="coerce").abs()
+    keep = rel.isna() | (rel >= min_rel)
+    out = metrics[keep].assign(_r=rel[keep].fillna(math.inf))
+    out = out.sort_values("_r", ascending=False).drop(columns="_r")
+    for c in ("base", "cand", "delta", "rel_delta"):  # mixed numbers and stall names
+        out[c] = out[c].map(lambda v: round(v, 4) if isinstance(v, float) else v).astype(str)
+    return out

@@ -1,0 +1,226 @@
+"""Every dashboard page rendered by streamlit's AppTest over the committed example runs.
+
+Expectations are computed from the runs' own tables (via harness.store / analysis), so adding
+or replacing an example run does not break the tests, while a page that shows the wrong thing
+does.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+from dash_helpers import APP, copy_run, make_corrupt_runs
+from streamlit.testing.v1 import AppTest
+
+from dashboard import data
+from harness import store
+from harness.analysis.summary import kernel_view, summary_frame
+
+PAGES = {"run": "Run", "roofline": "Roofline", "stalls": "Stalls & occupancy",
+         "compare": "Compare", "history": "History", "timeline": "Timeline"}
+
+
+def _app(monkeypatch, store_root, run=None, base=None) -> AppTest:
+    monkeypatch.setenv(data.ENV_STORES, str(store_root))
+    monkeypatch.delenv(data.ENV_NO_EXAMPLES, raising=False)
+    at = AppTest.from_file(APP, default_timeout=60)
+    if run:
+        at.query_params["run"] = run.name
+    if base:
+        at.query_params["base"] = base.name
+    at.run()
+    _ok(at)
+    return at
+
+
+def _ok(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def _page(at: AppTest, name: str) -> AppTest:
+    at.switch_page(f"views/{name}.py")
+    at.run()
+    _ok(at)
+    assert at.title[0].value == PAGES[name]
+    return at
+
+
+def _figures(at: AppTest) -> list[dict]:
+    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+
+
+def _texts(elements) -> str:
+    return "\n".join(str(e.value) for e in elements)
+
+
+def _flagged(run) -> int:
+    df = summary_frame(run)
+    return int(sum(r["status"] != "ok" or r["correct"] is False or
+                   json.loads(r["flags"] or "[]") != [] for r in df.to_dict("records")))
+
+
+def test_runs_page_lists_examples_beside_user_runs(monkeypatch, example_runs, faster_copy):
+    at = _app(monkeypatch, faster_copy.parent)
+    assert at.title[0].value == "Runs"
+    table = at.dataframe[0].value
+    source = dict(zip(table.run_id, table.source))
+    assert source[faster_copy.name] == "user"
+    assert {source[r.name] for r in example_runs} == {"example"}
+    assert len(table) == len(example_runs) + 1 and not at.error
+    # newest first; the sidebar defaults to the newest readable run (the copy, a day later)
+    assert table.run_id.iloc[0] == faster_copy.name
+    assert at.session_state["run_a"] == str(faster_copy.resolve())
+    assert "[example]" in " ".join(at.sidebar.selectbox(key="run_a").options)
+    at.multiselect(key="filter_op").set_value(["softmax"]).run()
+    _ok(at)
+    n_softmax = 1 + sum(store.load_manifest(r)["experiment"]["op"] == "softmax"
+                        for r in example_runs)
+    assert len(at.dataframe[0].value) == n_softmax
+
+
+def test_every_example_renders_on_every_page(monkeypatch, user_store, example_runs):
+    """A fresh clone shows something real: each committed example, each page, no error."""
+    for run in example_runs:
+        at = _app(monkeypatch, user_store, run=run)
+        for name in PAGES:
+            _page(at, name)
+            assert not at.error, (run.name, name, _texts(at.error))
+        assert run.name in at.query_params["run"]
+
+
+@pytest.mark.parametrize("page, charts", [
+    ("run", 1), ("roofline", 1), ("stalls", 1), ("history", 1), ("timeline", 2)])
+def test_page_widgets_and_figures(monkeypatch, user_store, example_run, page, charts):
+    at = _page(_app(monkeypatch, user_store, run=example_run), page)
+    assert not at.error
+    assert len(at.get("plotly_chart")) == charts
+    assert len(at.dataframe) >= 1
+    assert example_run.name in at.caption[0].value or page == "history"
+
+
+def test_run_page_summary_speedups_and_flags(monkeypatch, user_store, example_run):
+    at = _page(_app(monkeypatch, user_store, run=example_run), "run")
+    summary = at.dataframe[0].value
+    assert len(summary) == len(store.load_cases(example_run))
+    assert {"impl", "median ms", "speedup", "GB/s", "flags"} <= set(summary.columns)
+    assert "example run" in at.caption[0].value
+    flagged = _flagged(example_run)
+    if flagged:
+        assert len(at.dataframe[1].value) == flagged
+        assert f"{flagged} of" in _texts(at.warning)
+    else:
+        assert "no validity flags" in _texts(at.success)
+    (fig,) = _figures(at)
+    cases = store.load_cases(example_run)
+    assert {t["name"] for t in fig["data"]} == set(cases[cases.role == "candidate"].impl)
+
+
+def test_roofline_ceilings_and_intensity_toggle(monkeypatch, user_store, example_run):
+    at = _page(_app(monkeypatch, user_store, run=example_run), "roofline")
+    (fig,) = _figures(at)
+    names = [t["name"] for t in fig["data"]]
+    assert set(store.load_cases(example_run).impl) <= set(names)
+    assert any(n.startswith("DRAM") for n in names) and any("tensor" in n for n in names)
+    assert fig["layout"]["xaxis"]["type"] == "log" and fig["layout"]["yaxis"]["type"] == "log"
+    at.radio(key="intensity").set_value("counted").run()
+    _ok(at)
+    (fig,) = _figures(at)
+    assert [t for t in fig["data"] if t.get("mode") == "markers"]
+    assert "counted" in fig["layout"]["title"]["text"]
+    counted = summary_frame(example_run).counted_intensity.notna().sum()
+    assert len(at.dataframe[0].value) == counted > 0  # the ncu-profiled cases
+
+
+def test_stalls_page_has_stalls_and_occupancy(monkeypatch, user_store, example_run):
+    at = _page(_app(monkeypatch, user_store, run=example_run), "stalls")
+    (fig,) = _figures(at)
+    assert fig["layout"]["barmode"] == "stack"
+    assert "long_scoreboard" in {t["name"] for t in fig["data"]}  # softmax streams memory
+    occ = at.dataframe[0].value
+    df = summary_frame(example_run)
+    assert len(occ) == df.achieved_occupancy_pct.notna().sum() > 0
+    assert set(occ["limiter"].dropna()) == set(df.occupancy_limiter.dropna())
+
+
+def test_timeline_page_per_case(monkeypatch, user_store, example_run):
+    kv = kernel_view(store.load_metrics(example_run))
+    case = kv.kernel_count.idxmax()  # the case with the most kernels in its range
+    at = _page(_app(monkeypatch, user_store, run=example_run), "timeline")
+    at.selectbox(key="timeline_case").set_value(case).run()
+    _ok(at)
+    kernels = at.dataframe[0].value
+    assert len(kernels) == len(json.loads(kv.loc[case, "kernel_names"]))
+    assert kernels.kernel_launches.sum() == kv.loc[case, "kernel_count"]
+    assert (kernels.kernel_time_us > 0).all()
+    assert case in _figures(at)[1]["layout"]["title"]["text"]
+
+
+def test_history_across_runs(monkeypatch, example_runs, example_run, faster_copy):
+    at = _page(_app(monkeypatch, faster_copy.parent, run=faster_copy), "history")
+    (fig,) = _figures(at)
+    gpu = store.load_manifest(example_run)["env"]["gpu_name"]
+    same_gpu = [r for r in example_runs if store.load_manifest(r)["env"].get("gpu_name") == gpu
+                and store.load_manifest(r)["experiment"]["op"] == "softmax"]
+    xs = fig["layout"]["xaxis"]["categoryarray"]
+    assert len(xs) == len(same_gpu) + 1  # oldest first: the copy is a day later, last
+    assert xs[-1].startswith("01234567")  # the copy's git sha
+    assert {t["name"] for t in fig["data"]} <= set(store.load_cases(example_run).impl)
+
+
+def test_compare_finds_the_faster_triton(monkeypatch, example_run, faster_copy):
+    at = _page(_app(monkeypatch, faster_copy.parent, run=faster_copy, base=example_run),
+               "compare")
+    assert not at.error
+    time = at.dataframe[0].value
+    cases = store.load_cases(example_run)
+    triton = time[time.key.str.startswith("triton ")]
+    assert len(time) == len(cases) and len(triton) == (cases.impl == "triton").sum()
+    assert triton["mark"].str.contains("faster").all()
+    assert not time[~time.key.str.startswith("triton ")]["mark"].str.contains("faster").any()
+    (fig,) = _figures(at)
+    assert "ratio" in fig["layout"]["title"]["text"]
+    assert "faster" in at.subheader[0].value
+
+
+def test_compare_refuses_other_gpu_until_told(monkeypatch, example_run, user_store):
+    other = copy_run(example_run, user_store, env_changes={"gpu_name": "NVIDIA H100 80GB HBM3"})
+    at = _page(_app(monkeypatch, user_store, run=other, base=example_run), "compare")
+    assert "not comparable" in _texts(at.error) and "GPU differs" in _texts(at.error)
+    assert not at.get("plotly_chart")
+    at.toggle(key="compare_anyway").set_value(True).run()
+    _ok(at)
+    assert not at.error
+    assert "INCOMPARABLE" in at.subheader[0].value
+    assert "GPU differs" in _texts(at.warning)
+    assert len(at.get("plotly_chart")) == 1
+
+
+def test_corrupt_runs_get_error_cards_only(monkeypatch, example_run, example_runs, user_store):
+    bad = make_corrupt_runs(user_store, example_run)
+    at = _app(monkeypatch, user_store)
+    errors = _texts(at.error)
+    assert bad["bad_json"].name in errors and "corrupt manifest" in errors
+    assert bad["bad_parquet"].name in errors and "unreadable parquet" in errors
+    assert bad["half"].name in errors and "no cases recorded" in errors
+    assert len(at.dataframe[0].value) == 3 + len(example_runs)
+    newest_example = max(example_runs, key=lambda r: store.load_manifest(r)["created_utc"])
+    assert at.session_state["run_a"] == str(newest_example)  # newest *readable* run
+    for page in ("run", "roofline", "stalls", "timeline", "history"):
+        _page(at, page)
+        assert not at.error
+    at.sidebar.selectbox(key="run_a").set_value(str(bad["bad_parquet"])).run()
+    _page(at, "roofline")  # the selection persists across pages; the run gets its card
+    assert "unreadable parquet" in _texts(at.error) and not at.get("plotly_chart")
+
+
+def test_cpu_run_pages(monkeypatch, cpu_run, example_run):
+    at = _app(monkeypatch, cpu_run.parent, run=cpu_run)
+    _page(at, "run")
+    assert "CPU run" in _texts(at.warning) and not at.get("plotly_chart")
+    _page(at, "stalls")
+    assert "no ncu metrics" in _texts(at.info)
+    _page(at, "timeline")
+    assert "no nsys" in _texts(at.info)
+    at.sidebar.selectbox(key="run_b").set_value(str(example_run)).run()
+    _page(at, "compare")
+    assert "device kind differs" in _texts(at.error)

@@ -1,0 +1,106 @@
+"""dashboard.data (store roots, runs table, views) and the `harness dashboard` launcher."""
+from __future__ import annotations
+
+import argparse
+import socket
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from dash_helpers import make_corrupt_runs
+from rich.console import Console
+
+from dashboard import data, launch
+from harness.cli import build_parser
+from harness.errors import HarnessError
+
+
+def test_store_roots_precedence_and_examples(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    ex = str(data.EXAMPLES_ROOT.resolve())
+    roots = data.store_roots(["--store", str(a), "--store", str(b)], {data.ENV_STORES: "x"})
+    assert [r.path for r in roots] == [str(a), str(b), ex]
+    assert [r.example for r in roots] == [False, False, True]
+    roots = data.store_roots([], {data.ENV_STORES: f"{a}:{a}"})
+    assert [r.path for r in roots] == [str(a), ex]  # deduplicated
+    assert [r.path for r in data.store_roots([], {})] == [str(Path("runs").resolve()), ex]
+    assert [r.path for r in data.store_roots(["--no-examples"], {})] == [
+        str(Path("runs").resolve())]
+    # pytest's own argv (no --store) must not be mistaken for store options
+    assert data.store_roots(["-q", "--stepwise"], {data.ENV_STORES: str(a)})[0].path == str(a)
+
+
+def test_runs_frame_marks_each_broken_run(example_run, user_store):
+    bad = make_corrupt_runs(user_store, example_run)
+    runs = data.runs_frame(data.store_roots(["--store", str(user_store)], {}))
+    problem = dict(zip(runs.run_id, runs.problem))
+    assert "corrupt manifest" in problem[bad["bad_json"].name]
+    assert "unreadable parquet" in problem[bad["bad_parquet"].name]
+    assert "no cases recorded" in problem[bad["half"].name]
+    assert problem[example_run.name] == ""
+    ex = runs[runs.run_id == example_run.name].iloc[0]
+    assert (ex.source, ex.gpu, ex.cases, ex.ok, ex.status) == ("example", "NVIDIA H200", 36, 36,
+                                                               "complete")
+
+
+def test_selection_and_default_run():
+    table = pd.DataFrame({"run_id": ["new", "mid", "old"], "path": ["/n", "/m", "/o"],
+                          "problem": ["", "broken", ""]})
+    assert data.selection_from_rows(table, [2, 0]) == ("/n", "/o")  # newer is the run
+    assert data.selection_from_rows(table, [1]) == ("/m", data.NONE)
+    assert data.selection_from_rows(table, []) == (data.NONE, data.NONE)
+    assert data.default_run(table) == "/n"
+    assert data.default_run(table, "old") == "/o"
+    assert data.default_run(table, "nope") == "/n"
+    assert data.find_run(table, "mid") == "/m" and data.find_run(table, "nope") == data.NONE
+    assert data.default_run(table[table.problem != ""]) == "/m"  # only a broken one: its card
+
+
+def test_kernel_rows_match_the_nsys_totals(example_run):
+    rd = data.load_run(str(example_run))
+    source, kernels, totals = data.kernel_rows(rd.metrics)
+    assert source == "nsys"
+    per_case = kernels.groupby("case_id").kernel_launches.sum()
+    assert (per_case == totals.kernel_count.reindex(per_case.index)).all()
+    assert "_softmax_rows" in set(kernels.short_name)
+
+
+def test_moved_metrics_keeps_stall_changes():
+    m = pd.DataFrame([
+        {"key": "k", "impl": "t", "name": "duration_us", "base": 10.0, "cand": 8.0,
+         "delta": -2.0, "rel_delta": -0.2},
+        {"key": "k", "impl": "t", "name": "registers_per_thread", "base": 32.0, "cand": 33.0,
+         "delta": 1.0, "rel_delta": 1 / 32},
+        {"key": "k", "impl": "t", "name": "top_stall", "base": "wait", "cand": "barrier",
+         "delta": None, "rel_delta": None}])
+    out = data.moved_metrics(m, 0.10)
+    assert list(out.name) == ["top_stall", "duration_us"]
+
+
+def test_launch_command_binds_localhost(tmp_path):
+    argv = launch.command([str(tmp_path)], 8600)
+    assert argv[1:4] == ["-m", "streamlit", "run"] and argv[4] == str(launch.APP)
+    i = argv.index("--server.address")
+    assert argv[i + 1] == "127.0.0.1"
+    assert argv[argv.index("--server.port") + 1] == "8600"
+    assert argv[argv.index("--server.headless") + 1] == "true"
+    assert argv[argv.index("--") + 1:] == ["--store", str(tmp_path.resolve())]
+    # what the launcher passes is what the app reads
+    assert data.store_roots(argv[argv.index("--") + 1:], {})[0].path == str(tmp_path.resolve())
+
+
+def test_launch_refuses_a_busy_port(tmp_path):
+    args = build_parser().parse_args(["dashboard", "--store", str(tmp_path), "--port", "0"])
+    assert args._module is launch
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        busy = argparse.Namespace(store=[str(tmp_path)], port=s.getsockname()[1],
+                                  no_examples=False)
+        with pytest.raises(HarnessError, match="in use"):
+            launch.main(busy, Console())
+    afile = tmp_path / "f"
+    afile.write_text("")
+    with pytest.raises(HarnessError, match="not a directory"):
+        launch.main(argparse.Namespace(store=[str(afile)], port=0, no_examples=False),
+                    Console())
