@@ -49,7 +49,16 @@ class Tuner:
         return self.best[key]
 
 
-def compiled(fn: Callable) -> Callable:
+def interpreter_bf16(dtype) -> bool:
+    """True for bf16 in the Triton CPU interpreter, whose tl.dot multiplies the raw uint16
+    storage and whose fp32->bf16 casts truncate (triton-lang/triton#11584): kernels upcast
+    bf16 tiles to fp32 there. Never true on a GPU."""
+    import torch
+
+    return dtype == torch.bfloat16 and interpreted()
+
+
+def compiled(fn: Callable, dynamic: bool | None = False) -> Callable:
     """torch.compile(fn) with a recompile cache large enough for a whole sweep of shapes."""
     import torch
     import torch._dynamo
@@ -58,4 +67,4 @@ def compiled(fn: Callable) -> Callable:
     if hasattr(torch._dynamo.config, "accumulated_cache_size_limit"):
         torch._dynamo.config.accumulated_cache_size_limit = max(
             torch._dynamo.config.accumulated_cache_size_limit, 1024)
-    return torch.compile(fn, dynamic=False)
+    return torch.compile(fn, dynamic=dynamic)

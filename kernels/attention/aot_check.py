@@ -1,0 +1,128 @@
+"""Build the attention kernels for a GPU target without a GPU: does each launch configuration
+compile for sm_90, and what does it cost (registers, spill stack, shared memory, wgmma count)?
+
+    python -m kernels.attention.aot_check              # every configuration, D 64 and 128
+    python -m kernels.attention.aot_check --quick      # the first configuration of each kernel
+
+Uses the ptxas and cuobjdump shipped in the triton wheel. It must run WITHOUT
+TRITON_INTERPRET=1 (under the interpreter @triton.jit gives Python functions, not kernels).
+The numbers come from the local triton (3.9 here; the GPU box has 3.6): a guide for pruning the
+config lists, not a measurement.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.compiler import compile as triton_compile
+
+
+@dataclass(frozen=True)
+class Build:
+    kernel: str
+    D: int
+    causal: bool
+    config: tuple
+    regs: int
+    stack: int
+    smem_bytes: int
+    wgmma: int
+
+    def line(self) -> str:
+        return (f"{self.kernel:10s} D={self.D:<3d} causal={str(self.causal):5s} {str(self.config):18s}"
+                f" regs {self.regs:3d}  spill stack {self.stack:4d} B  smem "
+                f"{self.smem_bytes / 1024:6.1f} KiB  wgmma {self.wgmma}")
+
+
+def _resources(cubin: bytes) -> tuple[int, int]:
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
+                        "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True,
+                             check=True).stdout
+    regs = re.search(r"REG:(\d+)", out)
+    stack = re.search(r"STACK:(\d+)", out)
+    if regs is None or stack is None:
+        raise RuntimeError(f"cuobjdump -res-usage gave no REG/STACK: {out[:200]!r}")
+    return int(regs.group(1)), int(stack.group(1))
+
+
+def build(fn, name: str, pointers: dict[str, str], scalars: dict[str, str], consts: dict,
+          config: tuple, D: int, causal: bool, capability: int = 90) -> Build:
+    """Compile `fn` for sm_<capability>; pointers 16-byte aligned and n_ctx % 16 == 0 (what
+    Triton assumes at launch for the sweep's shapes)."""
+    signature = {**pointers, **scalars, **{k: "constexpr" for k in consts}}
+    aligned = [*pointers, "n_ctx"]
+    attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in aligned}
+    src = ASTSource(fn=fn, signature=signature, constexprs=consts, attrs=attrs)
+    k = triton_compile(src, target=GPUTarget("cuda", capability, 32),
+                       options={"num_warps": config[2], "num_stages": config[3]})
+    regs, stack = _resources(k.asm["cubin"])
+    return Build(name, D, causal, tuple(config), regs, stack, int(k.metadata.shared),
+                 k.asm["ptx"].count("wgmma.mma_async"))
+
+
+def builds(quick: bool, dtype: str = "fp16", dims=(64, 128)):
+    """Yield a Build per (kernel, D, causal, config)."""
+    from kernels.attention import flash_bwd, flash_fwd, fused_mha
+
+    t = "*" + dtype
+    fwd_ptrs = {"Q": t, "K": t, "V": t, "O": t, "LSE": "*fp32"}
+    bwd_ptrs = {"Q": t, "K": t, "V": t, "DO": t, "LSE": "*fp32", "DELTA": "*fp32"}
+    bwd_scalars = {"n_ctx": "i32", "qk_scale": "fp32", "sm_scale": "fp32"}
+    pick = (lambda cs: cs[:1]) if quick else (lambda cs: cs)
+    for D in dims:
+        for causal in (False, True):
+            flags = {"HEAD_DIM": D, "CAUSAL": causal, "INTERP_BF16": False}
+            for c in pick(flash_fwd.FWD_CONFIGS[D]):
+                yield build(flash_fwd._flash_fwd_kernel, "fwd", fwd_ptrs,
+                            {"n_ctx": "i32", "qk_scale": "fp32"},
+                            {**flags, "BLOCK_M": c[0], "BLOCK_N": c[1]}, c, D, causal)
+            for c in pick(flash_bwd.DKDV_CONFIGS[D]):
+                yield build(flash_bwd._bwd_dkdv_kernel, "bwd_dkdv", {**bwd_ptrs, "DK": t, "DV": t},
+                            bwd_scalars, {**flags, "BLOCK_M1": c[0], "BLOCK_N1": c[1]}, c, D,
+                            causal)
+            for c in pick(flash_bwd.DQ_CONFIGS[D]):
+                yield build(flash_bwd._bwd_dq_kernel, "bwd_dq", {**bwd_ptrs, "DQ": t},
+                            bwd_scalars, {**flags, "BLOCK_M2": c[0], "BLOCK_N2": c[1]}, c, D,
+                            causal)
+            for c in pick(fused_mha.CONFIGS):
+                yield build(fused_mha._fused_mha_kernel, "fused_mha",
+                            {"Q": t, "K": t, "V": t, "O": t, "S": "*fp32"},
+                            {"n_ctx": "i32", "qk_scale": "fp32"},
+                            {**flags, "BLOCK_M": c[0], "BLOCK_N": c[1]}, c, D, causal)
+        yield build(flash_bwd._bwd_preprocess, "bwd_delta", {"O": t, "DO": t, "DELTA": "*fp32"},
+                    {"n_ctx": "i32"}, {"HEAD_DIM": D, "BLOCK": flash_bwd.PRE_BLOCK},
+                    (flash_bwd.PRE_BLOCK, 0, 4, 1), D, False)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kernels.attention.aot_check")
+    ap.add_argument("--quick", action="store_true", help="first configuration of each kernel")
+    ap.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"))
+    ap.add_argument("--d", default="64,128", help="head dims, comma-separated")
+    a = ap.parse_args(argv)
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        print("aot_check: unset TRITON_INTERPRET (the interpreter has no kernels to build)",
+              file=sys.stderr)
+        return 2
+    spills = 0
+    for b in builds(a.quick, a.dtype, tuple(int(x) for x in a.d.split(","))):
+        print(b.line(), flush=True)
+        spills += b.stack > 0
+    print(f"{spills} configuration(s) spill registers")
+    return 1 if spills else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,267 @@
+"""FlashAttention-2-style backward pass in Triton: recompute P from Q, K and the saved LSE
+instead of reading an N x N matrix.
+
+Three kernels:
+  1. preprocess   delta_i = rowsum(dO_i * O_i)                    (B*H, N) fp32
+                  traffic: read N x D of O and of dO, write N floats
+  2. dK/dV        one program per BLOCK_N1 key rows; loops over query tiles of BLOCK_M1:
+                      P^T = exp2(K Q^T * qk_scale - LSE)        (recomputed)
+                      dV += P^T dO ; dP^T = V dO^T ; dS^T = P^T * (dP^T - delta)
+                      dK += dS^T Q            (times 1/sqrt(D) once at the end)
+                  traffic: read BLOCK_N1 x D of K, V once; per query tile read BLOCK_M1 x D
+                  of Q and dO plus 2 x BLOCK_M1 floats; write BLOCK_N1 x D of dK, dV
+  3. dQ           one program per BLOCK_M2 query rows; loops over key tiles of BLOCK_N2:
+                      P = exp2(Q K^T * qk_scale - LSE) ; dP = dO V^T ; dS = P * (dP - delta)
+                      dQ += dS K              (times 1/sqrt(D) at the end)
+                  traffic: read BLOCK_M2 x D of Q, dO once; per key tile BLOCK_N2 x D of K, V;
+                  write BLOCK_M2 x D of dQ
+Each of dK, dV, dQ is owned by one program: no atomics, deterministic.
+
+Causal: tiles above the diagonal are skipped; the diagonal band (BLOCK_N1 query rows for dK/dV,
+BLOCK_M2 key rows for dQ) runs with the mask, everything else without. Ragged N: one masked
+tail tile. Invariants: BLOCK_N1 % BLOCK_M1 == 0 and BLOCK_M2 % BLOCK_N2 == 0.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._common import Tuner, interpreted
+from kernels.attention.flash_fwd import LOG2E, _cast, _mma, interp_bf16_flag
+
+# (BLOCK_M1, BLOCK_N1, num_warps, num_stages) for dK/dV; (BLOCK_M2, BLOCK_N2, ...) for dQ.
+# None of these spills registers in an sm_90 build (python -m kernels.attention.aot_check).
+DKDV_CONFIGS = {
+    128: [(32, 64, 4, 3), (32, 128, 8, 2), (32, 64, 8, 3), (16, 128, 8, 3)],
+    64: [(64, 128, 8, 3), (32, 128, 8, 3), (64, 64, 4, 3), (32, 64, 4, 3)],
+}
+DQ_CONFIGS = {
+    128: [(128, 32, 8, 3), (128, 64, 8, 2), (64, 64, 4, 3), (64, 32, 4, 3)],
+    64: [(128, 32, 4, 3), (128, 64, 8, 3), (128, 32, 8, 3), (64, 64, 4, 3)],
+}
+SMALL_D_DKDV = [(32, 64, 4, 3), (32, 32, 4, 2)]
+SMALL_D_DQ = [(64, 32, 4, 3), (32, 32, 4, 2)]
+INTERPRETER_DKDV = (16, 32, 4, 1)
+INTERPRETER_DQ = (32, 16, 4, 1)
+PRE_BLOCK = 64
+
+_tuner = Tuner("attention.flash_bwd")
+
+
+@triton.jit
+def _bwd_preprocess(O, DO, DELTA, n_ctx, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
+    """DELTA[bh, i] = sum_d O[bh, i, d] * DO[bh, i, d]; O, DO (B*H, N, D); DELTA (B*H, N)."""
+    bh = tl.program_id(1).to(tl.int64)
+    offs_m = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    offs_d = tl.arange(0, HEAD_DIM)
+    ok = offs_m < n_ctx
+    ptrs = bh * n_ctx * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+    # read BLOCK x D of O and of dO
+    o = tl.load(O + ptrs, mask=ok[:, None], other=0.0).to(tl.float32)
+    do = tl.load(DO + ptrs, mask=ok[:, None], other=0.0).to(tl.float32)
+    # write BLOCK floats
+    tl.store(DELTA + bh * n_ctx + offs_m, tl.sum(o * do, axis=1), mask=ok)
+
+
+@triton.jit
+def _dkdv_tiles(dk, dv, k, v, q_base, do_base, lse_base, delta_base, offs_n, offs_d, n_ctx,
+                lo, hi, qk_scale, BLOCK_M1: tl.constexpr, HEAD_DIM: tl.constexpr,
+                CAUSAL_MASK: tl.constexpr, BOUNDS: tl.constexpr, INTERP_BF16: tl.constexpr):
+    """Accumulate the contributions of query tiles [lo, hi) into dk, dv (BLOCK_N1 x D)."""
+    offs_m0 = tl.arange(0, BLOCK_M1)
+    for start_m in range(lo, hi, BLOCK_M1):
+        rows = start_m + offs_m0
+        qt_ptrs = q_base + rows[None, :] * HEAD_DIM + offs_d[:, None]
+        do_ptrs = do_base + rows[:, None] * HEAD_DIM + offs_d[None, :]
+        if BOUNDS:
+            ok = rows < n_ctx
+            # read BLOCK_M1 x D of Q (as Q^T) and of dO, 2 x BLOCK_M1 floats
+            qt = tl.load(qt_ptrs, mask=ok[None, :], other=0.0)
+            do = tl.load(do_ptrs, mask=ok[:, None], other=0.0)
+            lse = tl.load(lse_base + rows, mask=ok, other=0.0)
+            delta = tl.load(delta_base + rows, mask=ok, other=0.0)
+        else:
+            # read BLOCK_M1 x D of Q (as Q^T) and of dO, 2 x BLOCK_M1 floats
+            qt = tl.load(qt_ptrs)
+            do = tl.load(do_ptrs)
+            lse = tl.load(lse_base + rows)
+            delta = tl.load(delta_base + rows)
+        qkt = _mma(k, qt, None, INTERP_BF16)                       # (BLOCK_N1, BLOCK_M1)
+        pt = tl.exp2(qkt * qk_scale - lse[None, :])
+        if CAUSAL_MASK or BOUNDS:
+            keep = rows[None, :] < n_ctx
+            if CAUSAL_MASK:
+                keep = keep & (rows[None, :] >= offs_n[:, None])
+            pt = tl.where(keep, pt, 0.0)
+        dv = _mma(_cast(pt, do.dtype, INTERP_BF16), do, dv, INTERP_BF16)
+        dpt = _mma(v, tl.trans(do), None, INTERP_BF16)             # (BLOCK_N1, BLOCK_M1)
+        dst = pt * (dpt - delta[None, :])
+        dk = _mma(_cast(dst, qt.dtype, INTERP_BF16), tl.trans(qt), dk, INTERP_BF16)
+    return dk, dv
+
+
+@triton.jit
+def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, n_ctx, qk_scale, sm_scale,
+                     HEAD_DIM: tl.constexpr, BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr,
+                     CAUSAL: tl.constexpr, INTERP_BF16: tl.constexpr):
+    """Q, K, V, DO, DK, DV: (B*H, N, D); LSE (base 2), DELTA: (B*H, N) fp32."""
+    bh = tl.program_id(1).to(tl.int64)
+    head = bh * n_ctx * HEAD_DIM
+    start_n = tl.program_id(0) * BLOCK_N1
+    offs_n = start_n + tl.arange(0, BLOCK_N1)
+    offs_d = tl.arange(0, HEAD_DIM)
+    key_ok = offs_n < n_ctx
+    kv_ptrs = head + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    # read BLOCK_N1 x D of K and of V
+    k = tl.load(K + kv_ptrs, mask=key_ok[:, None], other=0.0)
+    v = tl.load(V + kv_ptrs, mask=key_ok[:, None], other=0.0)
+    dk = tl.zeros([BLOCK_N1, HEAD_DIM], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N1, HEAD_DIM], dtype=tl.float32)
+    q_base, do_base = Q + head, DO + head
+    lse_base, delta_base = LSE + bh * n_ctx, DELTA + bh * n_ctx
+    n_full = (n_ctx // BLOCK_M1) * BLOCK_M1
+    if CAUSAL:
+        # diagonal band: query rows [start_n, start_n + BLOCK_N1), masked
+        band_end = tl.minimum(start_n + BLOCK_N1, n_ctx)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, lse_base, delta_base, offs_n,
+                             offs_d, n_ctx, start_n, band_end, qk_scale, BLOCK_M1, HEAD_DIM,
+                             True, True, INTERP_BF16)
+        lo = start_n + BLOCK_N1
+    else:
+        lo = 0
+    # whole query tiles below the band (or all of them): no mask
+    dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, lse_base, delta_base, offs_n, offs_d,
+                         n_ctx, lo, n_full, qk_scale, BLOCK_M1, HEAD_DIM, False, False, INTERP_BF16)
+    # ragged tail tile
+    dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, lse_base, delta_base, offs_n, offs_d,
+                         n_ctx, tl.maximum(lo, n_full), n_ctx, qk_scale, BLOCK_M1, HEAD_DIM,
+                         False, True, INTERP_BF16)
+    # write BLOCK_N1 x D of dK and of dV
+    tl.store(DK + kv_ptrs, _cast(dk * sm_scale, DK.dtype.element_ty, INTERP_BF16), mask=key_ok[:, None])
+    tl.store(DV + kv_ptrs, _cast(dv, DV.dtype.element_ty, INTERP_BF16), mask=key_ok[:, None])
+
+
+@triton.jit
+def _dq_tiles(dq, q, do, lse, delta, k_base, v_base, offs_m, offs_d, n_ctx, lo, hi, qk_scale,
+              BLOCK_N2: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL_MASK: tl.constexpr,
+              BOUNDS: tl.constexpr, INTERP_BF16: tl.constexpr):
+    """Accumulate the contributions of key tiles [lo, hi) into dq (BLOCK_M2 x D)."""
+    offs_n0 = tl.arange(0, BLOCK_N2)
+    for start_n in range(lo, hi, BLOCK_N2):
+        cols = start_n + offs_n0
+        t_ptrs = cols[None, :] * HEAD_DIM + offs_d[:, None]
+        if BOUNDS:
+            # read BLOCK_N2 x D of K and of V (as K^T, V^T)
+            kt = tl.load(k_base + t_ptrs, mask=cols[None, :] < n_ctx, other=0.0)
+            vt = tl.load(v_base + t_ptrs, mask=cols[None, :] < n_ctx, other=0.0)
+        else:
+            # read BLOCK_N2 x D of K and of V (as K^T, V^T)
+            kt = tl.load(k_base + t_ptrs)
+            vt = tl.load(v_base + t_ptrs)
+        qk = _mma(q, kt, None, INTERP_BF16)                        # (BLOCK_M2, BLOCK_N2)
+        p = tl.exp2(qk * qk_scale - lse[:, None])
+        if CAUSAL_MASK or BOUNDS:
+            keep = cols[None, :] < n_ctx
+            if CAUSAL_MASK:
+                keep = keep & (offs_m[:, None] >= cols[None, :])
+            p = tl.where(keep, p, 0.0)
+        dp = _mma(do, vt, None, INTERP_BF16)
+        ds = p * (dp - delta[:, None])
+        dq = _mma(_cast(ds, kt.dtype, INTERP_BF16), tl.trans(kt), dq, INTERP_BF16)
+    return dq
+
+
+@triton.jit
+def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, n_ctx, qk_scale, sm_scale,
+                   HEAD_DIM: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
+                   CAUSAL: tl.constexpr, INTERP_BF16: tl.constexpr):
+    """Q, K, V, DO, DQ: (B*H, N, D); LSE (base 2), DELTA: (B*H, N) fp32."""
+    n_mblocks = tl.cdiv(n_ctx, BLOCK_M2)
+    if CAUSAL:  # heaviest query tiles first
+        pid_m = n_mblocks - 1 - tl.program_id(0)
+    else:
+        pid_m = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    head = bh * n_ctx * HEAD_DIM
+    start_m = pid_m * BLOCK_M2
+    offs_m = start_m + tl.arange(0, BLOCK_M2)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = offs_m < n_ctx
+    ptrs = head + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+    # read BLOCK_M2 x D of Q and of dO, 2 x BLOCK_M2 floats
+    q = tl.load(Q + ptrs, mask=row_ok[:, None], other=0.0)
+    do = tl.load(DO + ptrs, mask=row_ok[:, None], other=0.0)
+    lse = tl.load(LSE + bh * n_ctx + offs_m, mask=row_ok, other=0.0)
+    delta = tl.load(DELTA + bh * n_ctx + offs_m, mask=row_ok, other=0.0)
+    dq = tl.zeros([BLOCK_M2, HEAD_DIM], dtype=tl.float32)
+    k_base, v_base = K + head, V + head
+    if CAUSAL:
+        # key tiles left of the diagonal band: no mask
+        dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, offs_m, offs_d, n_ctx, 0,
+                       start_m, qk_scale, BLOCK_N2, HEAD_DIM, False, False, INTERP_BF16)
+        hi = tl.minimum(start_m + BLOCK_M2, n_ctx)
+        dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, offs_m, offs_d, n_ctx, start_m,
+                       hi, qk_scale, BLOCK_N2, HEAD_DIM, True, True, INTERP_BF16)
+    else:
+        n_full = (n_ctx // BLOCK_N2) * BLOCK_N2
+        dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, offs_m, offs_d, n_ctx, 0,
+                       n_full, qk_scale, BLOCK_N2, HEAD_DIM, False, False, INTERP_BF16)
+        dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, offs_m, offs_d, n_ctx, n_full,
+                       n_ctx, qk_scale, BLOCK_N2, HEAD_DIM, False, True, INTERP_BF16)
+    # write BLOCK_M2 x D of dQ
+    tl.store(DQ + ptrs, _cast(dq * sm_scale, DQ.dtype.element_ty, INTERP_BF16), mask=row_ok[:, None])
+
+
+def _configs(table: dict, small: list, interp, D: int) -> list:
+    if interpreted():
+        return [interp]
+    return table.get(D, small)
+
+
+def flash_backward(q, k, v, o, lse, do, causal: bool,
+                   dkdv_config: tuple[int, int, int, int] | None = None,
+                   dq_config: tuple[int, int, int, int] | None = None):
+    """(dq, dk, dv), each (B, H, N, D) in q's dtype.
+
+    q, k, v, o, do: (B, H, N, D); lse: (B, H, N) fp32, base 2, from flash_forward.
+    Configs (BLOCK_M, BLOCK_N, num_warps, num_stages) force a launch configuration; otherwise
+    the Tuner picks each kernel's per (B, H, N, D, causal, dtype).
+    """
+    q, k, v, o, do = (t.contiguous() for t in (q, k, v, o, do))
+    B, H, N, D = q.shape
+    sm_scale = 1.0 / math.sqrt(D)
+    qk_scale = sm_scale * LOG2E
+    interp_bf16 = interp_bf16_flag(q.dtype)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    delta = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
+    _bwd_preprocess[(triton.cdiv(N, PRE_BLOCK), B * H)](o, do, delta, N, HEAD_DIM=D,
+                                                        BLOCK=PRE_BLOCK, num_warps=4)
+
+    def launch_dkdv(cfg):
+        bm, bn, warps, stages = cfg
+        _bwd_dkdv_kernel[(triton.cdiv(N, bn), B * H)](
+            q, k, v, do, lse, delta, dk, dv, N, qk_scale, sm_scale, HEAD_DIM=D, BLOCK_M1=bm,
+            BLOCK_N1=bn, CAUSAL=causal, INTERP_BF16=interp_bf16, num_warps=warps, num_stages=stages)
+
+    def launch_dq(cfg):
+        bm, bn, warps, stages = cfg
+        _bwd_dq_kernel[(triton.cdiv(N, bm), B * H)](
+            q, k, v, do, lse, delta, dq, N, qk_scale, sm_scale, HEAD_DIM=D, BLOCK_M2=bm,
+            BLOCK_N2=bn, CAUSAL=causal, INTERP_BF16=interp_bf16, num_warps=warps, num_stages=stages)
+
+    key = (B, H, N, D, causal, q.dtype)
+    if dkdv_config is None:
+        dkdv_config = _tuner.pick(("dkdv", *key), _configs(DKDV_CONFIGS, SMALL_D_DKDV,
+                                                          INTERPRETER_DKDV, D), launch_dkdv)
+    if dq_config is None:
+        dq_config = _tuner.pick(("dq", *key), _configs(DQ_CONFIGS, SMALL_D_DQ, INTERPRETER_DQ,
+                                                      D), launch_dq)
+    if dkdv_config[1] % dkdv_config[0] or dq_config[0] % dq_config[1]:
+        raise ValueError(f"need BLOCK_N1 % BLOCK_M1 == 0 and BLOCK_M2 % BLOCK_N2 == 0, got "
+                         f"dK/dV {dkdv_config}, dQ {dq_config}")
+    launch_dkdv(dkdv_config)
+    launch_dq(dq_config)
+    return dq, dk, dv

@@ -1,0 +1,213 @@
+"""FlashAttention-2-style forward pass in Triton.
+
+One program per (block of BLOCK_M query rows, batch*head). It keeps its Q tile on chip,
+streams K and V through shared memory in BLOCK_N-row tiles and keeps a running max m, running
+sum l and an unnormalised accumulator (online softmax), so the N x N scores never reach HBM:
+
+    traffic per program: read BLOCK_M x D of Q, (keys visited) x D of K and of V,
+                         write BLOCK_M x D of O and BLOCK_M floats of LSE.
+
+Scores are taken in base 2: qk_scale = log2(e)/sqrt(D) is folded into one multiply and
+exp2 replaces exp. LSE is saved in the same units (m + log2 l, i.e. logsumexp * log2 e) so the
+backward pass recomputes P = exp2(qk * qk_scale - LSE) without the normaliser.
+
+Causal: key tiles entirely above the diagonal are never visited. Tiles entirely below it run
+without any mask; the BLOCK_M-wide band on the diagonal runs separately with the mask. Ragged N
+(not a multiple of the block sizes): only the last key tile and the last query tile are masked.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._common import Tuner, interpreted, interpreter_bf16
+
+LOG2E = 1.4426950408889634
+
+# (BLOCK_M, BLOCK_N, num_warps, num_stages) timed per shape by the Tuner on a GPU.
+# Invariant: BLOCK_M % BLOCK_N == 0 (the causal diagonal band is whole key tiles). None of these
+# spills registers in an sm_90 build (python -m kernels.attention.aot_check).
+FWD_CONFIGS = {
+    128: [(128, 64, 8, 3), (128, 64, 8, 2), (128, 64, 8, 4), (128, 128, 8, 2), (64, 64, 4, 3),
+          (64, 64, 4, 2)],
+    64: [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 2), (64, 64, 4, 3)],
+}
+SMALL_D_CONFIGS = [(64, 32, 4, 3), (32, 32, 4, 2), (64, 64, 4, 3)]  # D = 16, 32
+# In the CPU interpreter: small tiles, so a short sequence still spans several query and key
+# tiles (diagonal band, unmasked tiles and a ragged tail all run in tests).
+INTERPRETER_CONFIG = (32, 16, 4, 1)
+
+_tuner = Tuner("attention.flash_fwd")
+
+
+@triton.jit
+def _mma(a, b, acc, INTERP_BF16: tl.constexpr):
+    """acc + a @ b (acc may be None). INTERP_BF16 is set only for bf16 in the CPU interpreter,
+    whose tl.dot (triton 3.9) multiplies the raw bf16 bit patterns as integers (triton-lang/triton
+    #11584; the interpreter does not support bf16 arithmetic): products of bf16 values are exact
+    in fp32, so upcasting first gives the GPU's bf16 MMA with fp32 sums."""
+    if INTERP_BF16:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
+    else:
+        return tl.dot(a, b, acc)
+
+
+@triton.jit
+def _cast(x, dtype: tl.constexpr, INTERP_BF16: tl.constexpr):
+    """x.to(dtype), rounding to nearest even. The interpreter (triton 3.9) truncates fp32 ->
+    bf16 instead, so with INTERP_BF16 the rounding is done on the bits first (then the
+    truncating cast is exact)."""
+    if INTERP_BF16:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = bits + 0x7FFF + ((bits >> 16) & 1)
+        bits = (bits >> 16) << 16
+        return bits.to(tl.float32, bitcast=True).to(dtype)
+    else:
+        return x.to(dtype)
+
+
+@triton.jit
+def _fwd_tiles(acc, m_i, l_i, q, k_base, v_base, offs_m, offs_d, n_ctx, lo, hi, qk_scale,
+               BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL_MASK: tl.constexpr,
+               BOUNDS: tl.constexpr, INTERP_BF16: tl.constexpr):
+    """Fold key tiles [lo, hi) into (acc, m_i, l_i). Masks exist only when the flags ask."""
+    offs_n = tl.arange(0, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + offs_n
+        kt_ptrs = k_base + cols[None, :] * HEAD_DIM + offs_d[:, None]
+        v_ptrs = v_base + cols[:, None] * HEAD_DIM + offs_d[None, :]
+        if BOUNDS:
+            # read BLOCK_N x D of K (as K^T), rows past N read as 0
+            kt = tl.load(kt_ptrs, mask=cols[None, :] < n_ctx, other=0.0)
+        else:
+            # read BLOCK_N x D of K (as K^T)
+            kt = tl.load(kt_ptrs)
+        qk = _mma(q, kt, None, INTERP_BF16)
+        if CAUSAL_MASK or BOUNDS:
+            keep = cols[None, :] < n_ctx
+            if CAUSAL_MASK:
+                keep = keep & (offs_m[:, None] >= cols[None, :])
+            qk = tl.where(keep, qk * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            qk = qk - m_new[:, None]
+        else:
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            qk = qk * qk_scale - m_new[:, None]
+        p = tl.exp2(qk)
+        alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        if BOUNDS:
+            # read BLOCK_N x D of V
+            v = tl.load(v_ptrs, mask=cols[:, None] < n_ctx, other=0.0)
+        else:
+            # read BLOCK_N x D of V
+            v = tl.load(v_ptrs)
+        acc = _mma(_cast(p, v.dtype, INTERP_BF16), v, acc, INTERP_BF16)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def _flash_fwd_kernel(Q, K, V, O, LSE, n_ctx, qk_scale,
+                      HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      CAUSAL: tl.constexpr, INTERP_BF16: tl.constexpr):
+    """Q, K, V, O: (B*H, N, D) contiguous; LSE: (B*H, N) fp32, base-2 log-sum-exp."""
+    n_mblocks = tl.cdiv(n_ctx, BLOCK_M)
+    if CAUSAL:  # heaviest query tiles (most keys) first: they set the kernel's tail
+        pid_m = n_mblocks - 1 - tl.program_id(0)
+    else:
+        pid_m = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    head = bh * n_ctx * HEAD_DIM
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = offs_m < n_ctx
+    # read BLOCK_M x D of Q
+    q = tl.load(Q + head + offs_m[:, None] * HEAD_DIM + offs_d[None, :], mask=row_ok[:, None],
+                other=0.0)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    k_base = K + head
+    v_base = V + head
+    if CAUSAL:
+        # tiles left of the diagonal band: every key visible, all inside N
+        acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, q, k_base, v_base, offs_m, offs_d, n_ctx,
+                                   0, start_m, qk_scale, BLOCK_N, HEAD_DIM, False, False, INTERP_BF16)
+        # the diagonal band: causal mask, and N bounds for the last query tile
+        hi = tl.minimum(start_m + BLOCK_M, n_ctx)
+        acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, q, k_base, v_base, offs_m, offs_d, n_ctx,
+                                   start_m, hi, qk_scale, BLOCK_N, HEAD_DIM, True, True, INTERP_BF16)
+    else:
+        n_full = (n_ctx // BLOCK_N) * BLOCK_N
+        acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, q, k_base, v_base, offs_m, offs_d, n_ctx,
+                                   0, n_full, qk_scale, BLOCK_N, HEAD_DIM, False, False, INTERP_BF16)
+        # ragged tail: at most one key tile with N bounds
+        acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, q, k_base, v_base, offs_m, offs_d, n_ctx,
+                                   n_full, n_ctx, qk_scale, BLOCK_N, HEAD_DIM, False, True,
+                                   INTERP_BF16)
+    o = acc / l_i[:, None]
+    # write BLOCK_M floats of LSE
+    tl.store(LSE + bh * n_ctx + offs_m, m_i + tl.log2(l_i), mask=row_ok)
+    # write BLOCK_M x D of O
+    tl.store(O + head + offs_m[:, None] * HEAD_DIM + offs_d[None, :], _cast(o, O.dtype.element_ty, INTERP_BF16),
+             mask=row_ok[:, None])
+
+
+def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    if q.dim() != 4 or q.shape != k.shape or q.shape != v.shape:
+        raise ValueError(f"q, k, v must share one (B, H, N, D) shape, got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}")
+    D = q.shape[-1]
+    if D < 16 or D & (D - 1) or D > 128:
+        raise ValueError(f"head dim D must be a power of two in [16, 128], got {D}")
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"dtype must be float16 or bfloat16, got {q.dtype}")
+
+
+def configs_for(D: int) -> list[tuple[int, int, int, int]]:
+    """Launch configurations to try for head dim D (the first is the interpreter's choice)."""
+    if interpreted():
+        return [INTERPRETER_CONFIG]
+    return FWD_CONFIGS.get(D, SMALL_D_CONFIGS)
+
+
+def interp_bf16_flag(dtype: torch.dtype) -> bool:
+    """The INTERP_BF16 kernel flag: bf16 in the CPU interpreter (see _mma, _cast)."""
+    return interpreter_bf16(dtype)
+
+
+def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                  config: tuple[int, int, int, int] | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """o (B, H, N, D) in q's dtype and lse (B, H, N) fp32 in base 2, for q, k, v (B, H, N, D).
+
+    `config` = (BLOCK_M, BLOCK_N, num_warps, num_stages) forces one launch configuration;
+    otherwise the Tuner picks per (B, H, N, D, causal, dtype).
+    """
+    check_inputs(q, k, v)
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    B, H, N, D = q.shape
+    o = torch.empty_like(q)
+    lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
+    qk_scale = LOG2E / math.sqrt(D)
+    interp_bf16 = interp_bf16_flag(q.dtype)
+
+    def launch(cfg):
+        bm, bn, warps, stages = cfg
+        grid = (triton.cdiv(N, bm), B * H)
+        _flash_fwd_kernel[grid](q, k, v, o, lse, N, qk_scale, HEAD_DIM=D, BLOCK_M=bm,
+                                BLOCK_N=bn, CAUSAL=causal, INTERP_BF16=interp_bf16, num_warps=warps,
+                                num_stages=stages)
+
+    if config is None:
+        config = _tuner.pick(("fwd", B, H, N, D, causal, q.dtype), configs_for(D), launch)
+    if config[0] % config[1]:
+        raise ValueError(f"BLOCK_M must be a multiple of BLOCK_N, got config {config}")
+    launch(config)
+    return o, lse

@@ -1,0 +1,100 @@
+"""The peers our kernel is measured against: PyTorch's fused SDPA backends and torch.compile.
+
+`sdpa(backend)` returns an impl running F.scaled_dot_product_attention on (B, H, N, D) inputs
+with only that backend allowed (torch raises, and the case records the error, if it refuses).
+`sdpa_unavailable(backend)` returns a cheap availability predicate for the registry.
+
+`torch_compile_attention` is torch.compile of `naive_attention`, compiled once per
+(D, causal, dtype, with/without grad): the batch*head and sequence dims are marked dynamic, so a
+sweep over N at fixed tokens reuses one graph instead of compiling one per shape. AOTAutograd's
+donated buffers are turned off so that the backward can be replayed with retain_graph=True.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from kernels._common import compiled
+from kernels.attention.reference import naive_attention
+
+BACKENDS = {
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+}
+
+
+def sdpa(backend: str) -> Callable:
+    chosen = BACKENDS[backend]
+
+    def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False):
+        with sdpa_kernel(chosen):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    run.__doc__ = f"F.scaled_dot_product_attention restricted to SDPBackend.{chosen.name}"
+    return run
+
+
+def sdpa_unavailable(backend: str):
+    """Availability predicate (params, dtype, device) -> reason | None; cheap checks only."""
+
+    def reason(p, dtype: str, device: str) -> str | None:
+        if device != "cuda":
+            return (f"needs a CUDA device (the peer is the CUDA {backend} kernel; torch's CPU "
+                    f"SDPA is a different kernel)")
+        if p.D % 8 or p.D > 256:
+            return f"sdpa {backend}: head dim must be a multiple of 8 and <= 256, got D={p.D}"
+        major, minor = torch.cuda.get_device_capability()
+        if backend == "flash":
+            if major < 8:
+                return f"sdpa flash needs compute capability >= 8.0, this GPU is {major}.{minor}"
+            if not torch.backends.cuda.flash_sdp_enabled():
+                return "sdpa flash is disabled (torch.backends.cuda.flash_sdp_enabled() is False)"
+        if backend == "efficient" and not torch.backends.cuda.mem_efficient_sdp_enabled():
+            return ("sdpa efficient is disabled "
+                    "(torch.backends.cuda.mem_efficient_sdp_enabled() is False)")
+        if backend == "cudnn":
+            version = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() \
+                else None
+            if version is None or version < 90000:
+                return f"sdpa cudnn needs cuDNN >= 9.0, found {version}"
+            if major < 8:
+                return f"sdpa cudnn needs compute capability >= 8.0, this GPU is {major}.{minor}"
+            if not torch.backends.cuda.cudnn_sdp_enabled():
+                return "sdpa cudnn is disabled (torch.backends.cuda.cudnn_sdp_enabled() is False)"
+        return None
+
+    return reason
+
+
+_compiled: Callable | None = None
+
+
+def _compiled_naive() -> Callable:
+    global _compiled
+    if _compiled is None:
+        # the bwd mode measures autograd.grad(..., retain_graph=True) repeatedly on one graph;
+        # AOTAutograd's donated buffers forbid retain_graph, so they are turned off
+        import torch._functorch.config
+
+        if hasattr(torch._functorch.config, "donated_buffer"):
+            torch._functorch.config.donated_buffer = False
+        _compiled = compiled(lambda q, k, v, causal: naive_attention(q, k, v, causal=causal),
+                             dynamic=None)
+    return _compiled
+
+
+def torch_compile_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+                            causal: bool = False) -> torch.Tensor:
+    """torch.compile(naive_attention) on (B*H, N, D) views, B*H and N dynamic -> (B, H, N, D)."""
+    import torch._dynamo
+
+    B, H, N, D = q.shape
+    flat = [t.reshape(B * H, N, D) for t in (q, k, v)]
+    for t in flat:
+        torch._dynamo.maybe_mark_dynamic(t, 0)
+        torch._dynamo.maybe_mark_dynamic(t, 1)
+    return _compiled_naive()(*flat, causal).view(B, H, N, D)
