@@ -1,0 +1,184 @@
+"""Build the fused-op kernels (vector_add, layernorm fwd/bwd, add_layernorm, linear_gelu/mlp
+matmul, fused mlp, groupnorm_mish) for sm_90 without a GPU: does every launch configuration the
+Tuners may pick compile, and what does it cost (registers, spill stack, shared memory, wgmma,
+16-byte global accesses)?
+
+    python -m kernels.layernorm.fused_aot_check            # every configuration, fp16
+    python -m kernels.layernorm.fused_aot_check --quick    # first configuration of each kernel
+    python -m kernels.layernorm.fused_aot_check --dtype bf16 --only matmul,mlp_fused
+
+Uses the ptxas and cuobjdump shipped in the triton wheel; must run WITHOUT TRITON_INTERPRET=1.
+Ints are specialised as the GPU launch would specialise the benchmark shapes (multiples of 16
+marked divisible by 16, unit strides folded to constants). The numbers come from the local
+triton (3.9; the GPU box has 3.6): a guide for the config lists, not a measurement.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.compiler import compile as triton_compile
+
+
+@dataclass(frozen=True)
+class Build:
+    kernel: str
+    config: str
+    regs: int
+    stack: int
+    smem_bytes: int
+    wgmma: int
+    vec16: int  # 128-bit global loads/stores in the PTX
+
+    def line(self) -> str:
+        return (f"{self.kernel:14s} {self.config:34s} regs {self.regs:3d}  spill stack "
+                f"{self.stack:4d} B  smem {self.smem_bytes / 1024:6.1f} KiB  wgmma "
+                f"{self.wgmma:3d}  v4 ld/st {self.vec16}")
+
+
+def _resources(cubin: bytes) -> tuple[int, int]:
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
+                        "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True,
+                             check=True).stdout
+    regs = re.search(r"REG:(\d+)", out)
+    stack = re.search(r"STACK:(\d+)", out)
+    if regs is None or stack is None:
+        raise RuntimeError(f"cuobjdump -res-usage gave no REG/STACK: {out[:200]!r}")
+    return int(regs.group(1)), int(stack.group(1))
+
+
+def build(fn, name: str, label: str, args: dict, consts: dict, warps: int, stages: int = 1,
+          aligned: tuple = ()) -> Build:
+    """Compile `fn` for sm_90. `args`: name -> type ("*fp16", "i32", "fp32"); `consts`:
+    constexpr values (and unit strides); `aligned`: args the launch marks divisible by 16
+    (pointers always are)."""
+    signature = {a: args.get(a, "constexpr") for a in fn.arg_names}
+    div16 = [a for a, t in args.items() if t.startswith("*")] + list(aligned)
+    attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in div16}
+    src = ASTSource(fn=fn, signature=signature, constexprs=consts, attrs=attrs)
+    k = triton_compile(src, target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": warps, "num_stages": stages})
+    regs, stack = _resources(k.asm["cubin"])
+    ptx = k.asm["ptx"]
+    vec16 = len(re.findall(r"(?:ld|st)\.global[^\n]*\.v4\.b32", ptx))
+    return Build(name, label, regs, stack, int(k.metadata.shared), ptx.count("wgmma.mma_async"),
+                 vec16)
+
+
+def builds(dtype: str, only: set[str] | None, quick: bool = False):
+    from kernels.groupnorm_mish import triton_groupnorm_mish as tgm
+    from kernels.layernorm import triton_layernorm as tln
+    from kernels.layernorm import triton_layernorm_bwd as tlb
+    from kernels.linear_gelu import triton_matmul as tm
+    from kernels.mlp import triton_mlp
+    from kernels.vector_add import triton_vector_add as tva
+
+    t = "*" + dtype
+    item = 4 if dtype == "fp32" else 2
+
+    def want(k):
+        return only is None or k in only
+
+    def pick(configs):
+        return list(configs)[:1] if quick else list(configs)
+
+    if want("vector_add"):
+        for block, warps in pick(tva.CONFIGS):
+            yield build(tva._add_kernel, "vector_add", f"BLOCK={block} w{warps}",
+                        {"x_ptr": t, "y_ptr": t, "z_ptr": t, "n": "i64"},
+                        {"BLOCK": block, "EVEN": True}, warps, aligned=("n",))
+    ln_args = {"x_ptr": t, "r_ptr": t, "h_ptr": t, "y_ptr": t, "w_ptr": t, "b_ptr": t,
+               "mean_ptr": "*fp32", "rstd_ptr": "*fp32", "M": "i32", "N": "i32",
+               "x_stride": "i32", "r_stride": "i32", "h_stride": "i32", "y_stride": "i32",
+               "eps": "fp32"}
+    strides = ("N", "x_stride", "r_stride", "h_stride", "y_stride")
+    for M, N in ((16384, 1024), (8192, 4096), (8192, 5120))[:1 if quick else 3]:
+        for has_res, kname in ((False, "layernorm"), (True, "add_layernorm")):
+            if not want(kname):
+                continue
+            for rows, warps in pick(tln.configs(M, N, item)):
+                yield build(tln._ln_fwd_rows, kname, f"N={N} ROWS={rows} w{warps}", ln_args,
+                            {"HAS_RES": has_res, "STORE_STATS": False, "ROWS": rows,
+                             "BLOCK_N": triton.next_power_of_2(N)}, warps, aligned=strides)
+        if want("layernorm_bwd"):
+            for per_sm, rows, warps in pick(tlb.configs(M, N, item)[::3]):  # per_sm: launch-only
+                yield build(tlb._ln_bwd_rows, "layernorm_bwd", f"N={N} ROWS={rows} w{warps}",
+                            {"x_ptr": t, "dy_ptr": t, "w_ptr": t, "mean_ptr": "*fp32",
+                             "rstd_ptr": "*fp32", "dx_ptr": t, "dwp_ptr": "*fp32",
+                             "dbp_ptr": "*fp32", "M": "i32", "N": "i32", "x_stride": "i32",
+                             "dy_stride": "i32", "dx_stride": "i32", "rows_per_prog": "i32"},
+                            {"ROWS": rows, "BLOCK_N": triton.next_power_of_2(N)}, warps,
+                            aligned=("N", "x_stride", "dy_stride", "dx_stride"))
+    if want("matmul") and dtype != "fp32":
+        for cfg in pick(tm.CONFIGS):
+            for act in (1, 2):
+                yield build(tm._matmul_bias_act, "matmul",
+                            f"{cfg.label()} {'erf' if act == 1 else 'tanh'}",
+                            {"a_ptr": t, "w_ptr": t, "bias_ptr": t, "c_ptr": t, "M": "i32",
+                             "N": "i32", "K": "i32", "s_am": "i32", "s_wn": "i32",
+                             "s_cm": "i32"},
+                            {"s_ak": 1, "s_wk": 1, "s_cn": 1, "HAS_BIAS": True, "ACT": act,
+                             "EVEN_K": True, "DOT_F32": False, "BLOCK_M": cfg.block_m,
+                             "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k,
+                             "GROUP_M": cfg.group_m}, cfg.num_warps, cfg.num_stages,
+                            aligned=("M", "N", "K", "s_am", "s_wn", "s_cm"))
+    if want("mlp_fused") and dtype != "fp32":
+        for c in pick(triton_mlp.FUSED_CONFIGS):
+            yield build(triton_mlp._mlp_fused, "mlp_fused",
+                        f"D=128 BM={c.block_m} BH={c.block_h} w{c.num_warps} s{c.num_stages}",
+                        {"x_ptr": t, "w1_ptr": t, "b1_ptr": t, "w2_ptr": t, "b2_ptr": t,
+                         "y_ptr": t, "M": "i32", "H": "i32", "D": "i32", "s_xm": "i32",
+                         "s_w1h": "i32", "s_w2d": "i32", "s_ym": "i32"},
+                        {"ACT": 1, "DOT_F32": False, "BLOCK_M": c.block_m, "BLOCK_D": 128,
+                         "BLOCK_H": c.block_h}, c.num_warps, c.num_stages,
+                        aligned=("M", "H", "D", "s_xm", "s_w1h", "s_w2d", "s_ym"))
+    if want("groupnorm_mish"):
+        for cpg, hw in ((10, 4096), (20, 1024), (10, 16384))[:1 if quick else 3]:
+            for block, warps in pick(tgm.configs(cpg, hw)):
+                cb, hb, one = tgm.tile(cpg, hw, block)
+                yield build(tgm._gn_mish, "groupnorm_mish",
+                            f"HW={hw} {'one' if one else 'two-pass'} {cb}x{hb} w{warps}",
+                            {"x_ptr": t, "w_ptr": t, "b_ptr": t, "y_ptr": t, "CPG": "i32",
+                             "G": "i32", "eps": "fp32"},
+                            {"HW": hw, "CB": cb, "HB": hb, "NHT": triton.cdiv(hw, hb),
+                             "ONE_TILE": one}, warps)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kernels.layernorm.fused_aot_check")
+    ap.add_argument("--dtype", default="fp16", choices=("fp16", "bf16", "fp32"))
+    ap.add_argument("--quick", action="store_true",
+                    help="first configuration of each kernel, first shape only")
+    ap.add_argument("--only", default=None,
+                    help="comma-separated: vector_add, layernorm, add_layernorm, "
+                         "layernorm_bwd, matmul, mlp_fused, groupnorm_mish")
+    a = ap.parse_args(argv)
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        print("fused_aot_check: unset TRITON_INTERPRET (the interpreter has no kernels to "
+              "build)", file=sys.stderr)
+        return 2
+    only = set(a.only.split(",")) if a.only else None
+    spills = n = 0
+    for b in builds(a.dtype, only, a.quick):  # a configuration that does not build raises
+        print(b.line(), flush=True)
+        n += 1
+        spills += b.stack > 0
+    print(f"{n} configuration(s) built for sm_90; {spills} spill registers (the Tuner times "
+          "them anyway: a small epilogue spill can still win)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

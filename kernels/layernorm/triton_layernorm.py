@@ -1,0 +1,198 @@
+"""LayerNorm forward over the last dim of an (M, N) matrix in Triton, optionally fused with a
+residual add (used by kernels/add_layernorm).
+
+    h = x (+ residual)                 # optional: written out once, for the next residual branch
+    y = (h - mean(h)) * rstd(h) * w + b,   rstd = 1 / sqrt(var(h) + eps)
+
+Rows up to MAX_FUSED elements: each program normalises ROWS rows held entirely in registers
+(a [ROWS, BLOCK_N] tile) — one read and one write of every element, the minimum traffic. ROWS > 1
+packs several short rows into one program so each still moves enough bytes. The statistics are
+exact two-pass ones (mean, then the mean of squared deviations) computed from registers in fp32.
+
+Longer rows: one program per row streams the row in BLOCK_N chunks twice (shifted sums, then
+normalise); the second read mostly hits L2 because the row was just read by the same program.
+
+(ROWS, BLOCK_N-split, num_warps) are picked by the Tuner per shape.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._common import Tuner
+
+MAX_FUSED = 16384  # longest row kept in registers by the one-pass kernel
+LOOP_BLOCK = 4096  # chunk length of the long-row kernel
+EPS = 1e-5
+
+_tuner = Tuner("layernorm_fwd")
+
+
+@triton.jit
+def _ln_fwd_rows(x_ptr, r_ptr, h_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr,
+                 M, N, x_stride, r_stride, h_stride, y_stride, eps,
+                 HAS_RES: tl.constexpr, STORE_STATS: tl.constexpr,
+                 ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    row_ok = rows < M
+    col_ok = cols < N
+    mask = row_ok[:, None] & col_ok[None, :]
+    r64 = rows.to(tl.int64)[:, None]
+    # read ROWS x N of x
+    x = tl.load(x_ptr + r64 * x_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    if HAS_RES:
+        # read ROWS x N of residual
+        r = tl.load(r_ptr + r64 * r_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        x = x + r
+        # write ROWS x N of h = x + residual
+        tl.store(h_ptr + r64 * h_stride + cols[None, :], x.to(h_ptr.dtype.element_ty), mask=mask)
+    mean = tl.sum(x, axis=1) / N
+    d = tl.where(mask, x - mean[:, None], 0.0)
+    var = tl.sum(d * d, axis=1) / N
+    rstd = 1.0 / tl.sqrt(var + eps)
+    # read N of w and N of b (once per program; L2-resident across programs)
+    w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    y = d * rstd[:, None] * w[None, :] + b[None, :]
+    # write ROWS x N of y
+    tl.store(y_ptr + r64 * y_stride + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+    if STORE_STATS:
+        # write ROWS floats of mean and of rstd (for the backward)
+        tl.store(mean_ptr + rows, mean, mask=row_ok)
+        tl.store(rstd_ptr + rows, rstd, mask=row_ok)
+
+
+@triton.jit
+def _ln_fwd_looped(x_ptr, r_ptr, h_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr,
+                   N, x_stride, r_stride, h_stride, y_stride, eps,
+                   HAS_RES: tl.constexpr, STORE_STATS: tl.constexpr, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * x_stride
+    r_row = r_ptr + row * r_stride
+    h_row = h_ptr + row * h_stride
+    # pass 1: shifted sums (shift = the row's first element keeps E[x^2] - E[x]^2 accurate)
+    shift = tl.load(x_row).to(tl.float32)
+    if HAS_RES:
+        shift += tl.load(r_row).to(tl.float32)
+    s1 = tl.zeros([BLOCK_N], tl.float32)
+    s2 = tl.zeros([BLOCK_N], tl.float32)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        mask = cols < N
+        # read N of x (first pass)
+        v = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+        if HAS_RES:
+            # read N of residual ; write N of h
+            v += tl.load(r_row + cols, mask=mask, other=0.0).to(tl.float32)
+            tl.store(h_row + cols, v.to(h_ptr.dtype.element_ty), mask=mask)
+        v = tl.where(mask, v - shift, 0.0)
+        s1 += v
+        s2 += v * v
+    m1 = tl.sum(s1, axis=0) / N
+    var = tl.maximum(tl.sum(s2, axis=0) / N - m1 * m1, 0.0)
+    mean = shift + m1
+    rstd = 1.0 / tl.sqrt(var + eps)
+    # pass 2: normalise; the re-reads of x (and residual) come mostly from L2, and h is
+    # recomputed in fp32 so that both kernels normalise the unrounded sum
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        mask = cols < N
+        # read N of x (second pass, L2) ; read N of w, b
+        v = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+        if HAS_RES:
+            # read N of residual (second pass, L2)
+            v += tl.load(r_row + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        # write N of y
+        tl.store(y_ptr + row * y_stride + cols,
+                 ((v - mean) * rstd * w + b).to(y_ptr.dtype.element_ty), mask=mask)
+    if STORE_STATS:
+        tl.store(mean_ptr + row, mean)
+        tl.store(rstd_ptr + row, rstd)
+
+
+def configs(M: int, N: int, itemsize: int, limit: int = 6) -> list[tuple[int, int]]:
+    """(ROWS, num_warps) candidates for the one-pass kernel, best guess first (the interpreter
+    uses the first untimed).
+
+    Kept: programs of 2-32 KiB (ROWS = 1 always allowed) and 1-4 16-byte vectors per thread;
+    ranked by closeness to 16 KiB per program and 32 bytes per thread; at most `limit`.
+    """
+    block = triton.next_power_of_2(N)
+    out = []
+    for rows in (1, 2, 4, 8, 16):
+        prog = rows * block * itemsize
+        if rows > 1 and (rows > M or prog > 32768 or prog < 2048):
+            continue
+        for warps in (4, 8, 16, 2, 1):
+            if 16 <= prog // (32 * warps) <= 64:
+                out.append((rows, warps))
+    if not out:  # tiny rows, or one row wider than 16 warps x 4 vectors: one row per program
+        out.append((1, max(1, min(16, block * itemsize // (32 * 64)))))
+
+    def score(c):
+        rows, warps = c
+        prog = rows * block * itemsize
+        return abs(prog - 16384) / 16384 + abs(prog / (32 * warps) - 32) / 32
+
+    return sorted(out, key=score)[:limit]
+
+
+def layernorm_fwd(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, *,
+                  residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
+                  h_out: torch.Tensor | None = None, stats: bool = False, eps: float = EPS,
+                  config: tuple[int, int] | None = None):
+    """LayerNorm of x (M, N) (plus `residual` (M, N) when given) with w, b (N,).
+
+    Returns y (M, N); with `residual`, (h, y) where h = x + residual (M, N); with `stats`, the
+    fp32 mean and rstd (M,) are appended. `config` forces (ROWS, num_warps) of the one-pass kernel.
+    """
+    if x.dim() != 2:
+        raise ValueError(f"layernorm expects a 2-D input (M, N), got {tuple(x.shape)}")
+    M, N = x.shape
+    if w.shape != (N,) or b.shape != (N,):
+        raise ValueError(f"weight and bias must have shape ({N},), got {tuple(w.shape)}, "
+                         f"{tuple(b.shape)}")
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    w, b = w.contiguous(), b.contiguous()
+    has_res = residual is not None
+    if has_res:
+        if residual.shape != x.shape:
+            raise ValueError(f"residual shape {tuple(residual.shape)} != x {tuple(x.shape)}")
+        if residual.stride(1) != 1:
+            residual = residual.contiguous()
+    y = torch.empty_like(x) if out is None else out
+    h = (torch.empty_like(x) if h_out is None else h_out) if has_res else y
+    r = residual if has_res else x
+    if stats:
+        mean = torch.empty(M, device=x.device, dtype=torch.float32)
+        rstd = torch.empty(M, device=x.device, dtype=torch.float32)
+    else:
+        mean = rstd = y  # never touched (STORE_STATS is False)
+    if M > 0 and N > 0:
+        if N <= MAX_FUSED:
+            block = triton.next_power_of_2(N)
+
+            def launch(cfg):
+                rows, warps = cfg
+                _ln_fwd_rows[(triton.cdiv(M, rows),)](
+                    x, r, h, y, w, b, mean, rstd, M, N, x.stride(0), r.stride(0), h.stride(0),
+                    y.stride(0), eps, HAS_RES=has_res, STORE_STATS=stats, ROWS=rows,
+                    BLOCK_N=block, num_warps=warps)
+
+            if config is None:
+                config = _tuner.pick(("rows", M, N, x.dtype, has_res, stats),
+                                     configs(M, N, x.element_size()), launch)
+            launch(config)
+        else:
+            _ln_fwd_looped[(M,)](x, r, h, y, w, b, mean, rstd, N, x.stride(0), r.stride(0),
+                                 h.stride(0), y.stride(0), eps, HAS_RES=has_res,
+                                 STORE_STATS=stats, BLOCK_N=LOOP_BLOCK, num_warps=8)
+    result = (h, y) if has_res else (y,)
+    if stats:
+        result = result + (mean, rstd)
+    return result if len(result) > 1 else result[0]

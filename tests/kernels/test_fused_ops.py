@@ -1,0 +1,88 @@
+"""The fused-op experiment files: they load, their smoke sweeps stay interpreter-sized, their GPU
+sweeps reach >= 64 MiB working sets, their ncu globs select one large case per implementation;
+and one end-to-end CLI run of a smoke sweep in a subprocess."""
+import fnmatch
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness import spec, store
+from harness.correctness import TORCH_DTYPES
+from harness.registry import Params, get_op
+
+ROOT = Path(__file__).resolve().parents[2]
+YAMLS = ["vector_add", "layernorm", "layernorm_bwd", "add_layernorm", "linear_gelu", "mlp",
+         "groupnorm_mish"]
+MEMORY_BOUND = {"vector_add", "layernorm", "add_layernorm", "groupnorm_mish"}
+
+
+@pytest.mark.parametrize("name", YAMLS)
+def test_experiment_file(name):
+    exp = spec.load(ROOT / "experiments" / f"{name}.yaml")
+    op = get_op(exp.op)
+    cases = spec.expand(exp)
+    smoke = spec.expand(exp, smoke=True)
+    assert {"torch", "torch_compile", "triton"} <= set(exp.impl_names())
+    assert exp.baseline == "torch"
+    assert 100 <= exp.timing.rep_ms <= 200
+    assert len(cases) <= 40, "keep the GPU run short"
+    # every GPU shape moves a working set of at least 64 MiB (bytes of the op's floor)
+    for c in cases:
+        itemsize = TORCH_DTYPES[c.dtype].itemsize
+        assert op.byte_count(Params(c.params_dict), itemsize) >= 64 * 2 ** 20, c.case_id
+    # smoke shapes are interpreter-sized
+    for c in smoke:
+        p = Params(c.params_dict)
+        assert op.byte_count(p, 4) < 4 * 2 ** 20, c.case_id
+    # the ncu globs select one large case for each implementation, fp16
+    globs = exp.profile.ncu.cases
+    assert isinstance(globs, list)
+    chosen = [c for c in cases if any(fnmatch.fnmatchcase(c.case_id, g) for g in globs)]
+    assert {c.impl for c in chosen} == set(exp.impl_names())
+    assert all(c.dtype == "float16" for c in chosen)
+    assert exp.profile.nsys is not None and exp.profile.nsys.enabled
+    if exp.op in MEMORY_BOUND:
+        assert op.primary == "gbps"
+    else:
+        assert op.primary == "tflops"
+
+
+@pytest.mark.slow
+def test_cli_smoke_run_layernorm_bwd(tmp_path):
+    """The whole pipeline on the CPU: spec -> worker passes (check, time) -> stored run; the
+    backward goes through the op's binder (autograd.grad of a forward done beforehand)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "run", str(ROOT / "experiments" / "layernorm_bwd.yaml"),
+         "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    cases = store.load_cases(run_dir)
+    results = store.load_results(run_dir)
+    assert len(cases) == 6 and set(cases.impl) == {"torch", "torch_compile", "triton"}
+    merged = cases.merge(results, on="case_id")
+    assert (merged.status == "ok").all(), merged[["case_id", "status", "error"]].to_string()
+    assert merged.correct.astype(bool).all()
+    assert pd.notna(merged.median_ms).all()
+    assert all(json.loads(p)["mode"] == "bwd" for p in cases.params)
+
+
+@pytest.mark.slow
+def test_kernels_build_for_sm90():
+    """The interpreter does not compile; this builds the first configuration of each fused-op
+    kernel for sm_90 with the wheel's ptxas (no GPU needed) and checks wgmma/vector codegen."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    proc = subprocess.run([sys.executable, "-m", "kernels.layernorm.fused_aot_check", "--quick"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = {ln.split()[0]: ln for ln in proc.stdout.splitlines() if "regs" in ln}
+    assert set(lines) == {"vector_add", "layernorm", "add_layernorm", "layernorm_bwd", "matmul",
+                          "mlp_fused", "groupnorm_mish"}
+    assert "wgmma   0" not in lines["matmul"] and "wgmma   0" not in lines["mlp_fused"]
+    assert "v4 ld/st 0" not in lines["vector_add"] and "v4 ld/st 0" not in lines["layernorm"]

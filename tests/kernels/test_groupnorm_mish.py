@@ -1,0 +1,94 @@
+"""groupnorm_mish: the one-kernel GroupNorm + Mish (interpreter) against the reference:
+one-tile and two-pass paths, ragged channel/pixel tiles, broken impls."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from harness.correctness import check
+from harness.registry import Impl, Params, get_op
+from kernels.groupnorm_mish import triton_groupnorm_mish as tgm
+
+OP = get_op("groupnorm_mish")
+
+
+def _p(N, C, H, W, G):
+    return Params(N=N, C=C, H=H, W=W, G=G)
+
+
+def _impl(fn, name="probe", accepts_out=True):
+    return Impl(name=name, op=OP.name, fn=fn, backend="triton", accepts_out=accepts_out)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("shape", [(1, 4, 1, 1, 2), (2, 6, 5, 7, 3), (2, 32, 16, 16, 8),
+                                   (1, 12, 100, 1, 4), (3, 20, 3, 3, 1)])
+def test_triton(shape, dtype):
+    res = check(OP, OP.get_impl("triton"), _p(*shape), dtype, "cpu")
+    assert res.correct, res.error
+
+
+@pytest.mark.parametrize("shape", [(2, 32, 16, 16, 8), (2, 10, 9, 9, 2)])
+def test_triton_fp32(shape):
+    res = check(OP, OP.get_impl("triton"), _p(*shape), "float32", "cpu")
+    assert res.correct, res.error
+
+
+@pytest.mark.parametrize("shape,config", [
+    ((2, 32, 16, 16, 8), (64, 4)),   # two-pass: 4 pixel tiles per channel, walked in reverse
+    ((2, 32, 16, 16, 8), (512, 4)),  # two-pass: 2 channels per tile, 2 channel tiles
+    ((2, 6, 5, 7, 3), (16, 1)),      # 35 pixels in 3 ragged tiles
+    ((1, 30, 4, 4, 3), (64, 2)),     # 10 channels in tiles of 4 (ragged channel tile)
+])
+def test_two_pass_tiles(shape, config):
+    cpg, hw = shape[1] // shape[4], shape[2] * shape[3]
+    assert not tgm.tile(cpg, hw, config[0])[2]  # really the two-pass path
+    impl = _impl(lambda x, w, b, groups, out=None:
+                 tgm.groupnorm_mish(x, groups, w, b, out=out, config=config))
+    res = check(OP, impl, _p(*shape), "float16", "cpu")
+    assert res.correct, res.error
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning",
+                            "ignore:invalid value encountered in divide:RuntimeWarning")
+def test_mish_extremes_and_large_offsets():
+    """Mish at |v| up to 1e4 (overflow guard) and a group mean far from zero (shifted sums)."""
+    x = torch.linspace(-3, 3, 2 * 8 * 5 * 5).reshape(2, 8, 5, 5) + 1000.0
+    w = torch.full((8,), 3000.0)  # normalised values times 3000: mish sees |v| ~ 5000
+    b = torch.zeros(8)
+    want = F.mish(F.group_norm(x.double(), 4, w.double(), b.double(), 1e-5))
+    torch_err = (F.mish(F.group_norm(x, 4, w, b, 1e-5)).double() - want).abs().max()
+    for config in [(256, 4), (16, 1)]:  # one tile, and two passes
+        y = tgm.groupnorm_mish(x, 4, w, b, config=config)
+        assert torch.isfinite(y).all()
+        # fp32 cannot do much better here (x - mean loses ~17 bits); torch's fp32 error is ~1.4
+        assert (y.double() - want).abs().max() <= torch_err
+
+
+def test_torch_peer():
+    res = check(OP, OP.get_impl("torch"), _p(2, 8, 4, 4, 2), "float16", "cpu")
+    assert res.correct, res.error
+
+
+def test_wrong_groups_fail():
+    impl = _impl(lambda x, w, b, groups, out=None: tgm.groupnorm_mish(x, 1, w, b, out=out),
+                 "one_group")
+    res = check(OP, impl, _p(2, 8, 4, 4, 4), "float16", "cpu", trials=1)
+    assert not res.correct
+
+
+def test_last_group_missing_fails():
+    def broken(x, w, b, groups, out=None):  # the last sample is never written
+        tgm.groupnorm_mish(x[:-1], groups, w, b, out=out[:-1])
+        return out
+
+    res = check(OP, _impl(broken, "short"), _p(2, 8, 4, 4, 4), "float16", "cpu", trials=1)
+    assert not res.correct and "never written" in res.error
+
+
+def test_validation_and_counts():
+    with pytest.raises(ValueError, match="divisible"):
+        tgm.groupnorm_mish(torch.zeros(1, 6, 2, 2), 4, torch.ones(6), torch.zeros(6))
+    p = _p(2, 8, 3, 5, 4)
+    inputs = OP.make_inputs(p, torch.float16, "cpu", torch.Generator().manual_seed(0))
+    out = OP.make_out(inputs, p)
+    assert OP.byte_count(p, 2) == sum(t.numel() * 2 for t in (*inputs, out))

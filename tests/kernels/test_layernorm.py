@@ -1,0 +1,157 @@
+"""layernorm: forward and backward Triton kernels (interpreter) against the reference under
+the harness's tolerance rule, awkward shapes, forced launch configurations, broken impls."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from harness.correctness import check
+from harness.registry import Impl, Params, get_op
+from kernels.layernorm import triton_layernorm as tln
+from kernels.layernorm import triton_layernorm_bwd as tlb
+
+OP = get_op("layernorm")
+
+
+def _p(M, N, mode="fwd"):
+    return Params(M=M, N=N, mode=mode)
+
+
+def _impl(fn, name="probe", accepts_out=True):
+    return Impl(name=name, op=OP.name, fn=fn, backend="triton", accepts_out=accepts_out)
+
+
+# -- forward -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("M,N", [(1, 1), (1, 7), (5, 100), (33, 1000), (3, 2048)])
+def test_forward(M, N, dtype):
+    res = check(OP, OP.get_impl("triton"), _p(M, N), dtype, "cpu")
+    assert res.correct, res.error
+
+
+@pytest.mark.parametrize("config", [(1, 1), (2, 4), (4, 1), (8, 2)])
+def test_forward_rows_per_program(config):
+    # M = 10 is not a multiple of ROWS: the last program has masked rows
+    impl = _impl(lambda x, w, b, out=None: tln.layernorm_fwd(x, w, b, out=out, config=config))
+    res = check(OP, impl, _p(10, 300), "float16", "cpu")
+    assert res.correct, res.error
+
+
+def test_forward_configs_are_sane():
+    for M, N, item in [(16384, 1024, 2), (8192, 5120, 2), (4096, 16384, 4), (1, 3, 2)]:
+        cands = tln.configs(M, N, item)
+        assert cands and len(set(cands)) == len(cands)
+        for rows, warps in cands:
+            assert rows <= max(1, M) and warps in (1, 2, 4, 8, 16)
+
+
+@pytest.mark.parametrize("N", [100, 129])
+def test_forward_long_rows_looped(monkeypatch, N):
+    """Rows wider than MAX_FUSED go through the two-pass chunked kernel (ragged last chunk)."""
+    monkeypatch.setattr(tln, "MAX_FUSED", 64)
+    monkeypatch.setattr(tln, "LOOP_BLOCK", 32)
+    res = check(OP, OP.get_impl("triton"), _p(3, N), "float16", "cpu")
+    assert res.correct, res.error
+
+
+def test_forward_stats_match_torch():
+    x = torch.randn(6, 50) * 3 + 1
+    w, b = torch.ones(50), torch.zeros(50)
+    _, mean, rstd = tln.layernorm_fwd(x, w, b, stats=True)
+    torch.testing.assert_close(mean, x.mean(1))
+    torch.testing.assert_close(rstd, 1 / torch.sqrt(x.var(1, unbiased=False) + 1e-5))
+
+
+def test_forward_last_row_missing_fails():
+    def broken(x, w, b, out=None):  # off by one row: the last row is never written
+        tln.layernorm_fwd(x[:-1], w, b, out=out[:-1])
+        return out
+
+    res = check(OP, _impl(broken, "broken"), _p(7, 100), "float16", "cpu", trials=1)
+    assert not res.correct and "never written" in res.error
+
+
+def test_forward_biased_variance_matters():
+    def broken(x, w, b, out=None):  # unbiased variance instead of LayerNorm's biased one
+        xf = x.float()
+        y = (xf - xf.mean(1, keepdim=True)) / torch.sqrt(xf.var(1, keepdim=True) + 1e-5)
+        return (y * w.float() + b.float()).to(x.dtype)
+
+    res = check(OP, _impl(broken, "unbiased", accepts_out=False), _p(4, 40), "float16", "cpu",
+                trials=1)
+    assert not res.correct
+
+
+# -- backward ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("M,N", [(1, 7), (5, 100), (37, 300)])
+def test_backward(M, N, dtype):
+    res = check(OP, OP.get_impl("triton"), _p(M, N, "bwd"), dtype, "cpu")
+    assert res.correct, res.error
+
+
+@pytest.mark.parametrize("config", [(1, 2, 4), (4, 4, 4), (2, 1, 1)])
+def test_backward_configs(config):
+    """Programs per SM (partials), rows per iteration (ragged), warps."""
+    impl = _impl(lambda x, w, b: tlb.layernorm(x, w, b, bwd_config=config), "cfg",
+                 accepts_out=False)
+    res = check(OP, impl, _p(23, 130, "bwd"), "float16", "cpu")
+    assert res.correct, res.error
+
+
+def test_backward_torch_peer():
+    res = check(OP, OP.get_impl("torch"), _p(9, 64, "bwd"), "float16", "cpu")
+    assert res.correct, res.error
+
+
+def test_backward_returns_three_grads_in_input_dtype():
+    g = torch.Generator().manual_seed(0)
+    inputs = OP.make_inputs(_p(4, 33, "bwd"), torch.bfloat16, "cpu", g)
+    grads = OP.bind_impl(OP.get_impl("triton"), inputs, _p(4, 33, "bwd"))()
+    assert [tuple(t.shape) for t in grads] == [(4, 33), (33,), (33,)]
+    assert all(t.dtype == torch.bfloat16 for t in grads)
+
+
+def test_backward_dropped_row_fails():
+    def broken(x, w, b):  # the last row's gradient does not flow: dx row 0, dw/db short a row
+        y = tlb.layernorm(x, w, b)
+        return torch.cat([y[:-1], y[-1:].detach()])
+
+    res = check(OP, _impl(broken, "drop_row", accepts_out=False), _p(6, 50, "bwd"), "float16",
+                "cpu", trials=1)
+    assert not res.correct
+
+
+def test_backward_width_limit():
+    impl = OP.get_impl("triton")
+    assert impl.reason_unavailable(_p(8, tlb.MAX_BWD + 1, "bwd"), "float16", "cuda")
+    assert impl.reason_unavailable(_p(8, tlb.MAX_BWD + 1, "fwd"), "float16", "cuda") is None
+    x = torch.zeros(2, tlb.MAX_BWD + 1)
+    m = torch.zeros(2)
+    with pytest.raises(ValueError, match="N <="):
+        tlb.layernorm_bwd(x, x, torch.ones(x.shape[1]), m, m)
+
+
+def test_counts():
+    p = _p(16, 64)
+    assert OP.byte_count(p, 2) == (2 * 16 * 64 + 2 * 64) * 2
+    assert OP.byte_count(_p(16, 64, "bwd"), 2) == (3 * 16 * 64 + 3 * 64) * 2
+    # the forward floor is exactly the inputs read plus the output written
+    inputs = OP.make_inputs(p, torch.float16, "cpu", torch.Generator().manual_seed(0))
+    out = OP.make_out(inputs, p)
+    assert OP.byte_count(p, 2) == sum(t.numel() * 2 for t in (*inputs, out))
+    assert OP.make_out(OP.make_inputs(_p(2, 8, "bwd"), torch.float16, "cpu",
+                                      torch.Generator().manual_seed(0)), _p(2, 8, "bwd")) is None
+
+
+def test_gradients_match_torch_autograd_fp32():
+    torch.manual_seed(0)
+    x = torch.randn(12, 80, dtype=torch.float64).float().requires_grad_()
+    w = (1 + 0.1 * torch.randn(80)).requires_grad_()
+    b = (0.1 * torch.randn(80)).requires_grad_()
+    dy = torch.randn(12, 80)
+    got = torch.autograd.grad(tlb.layernorm(x, w, b), (x, w, b), dy)
+    want = torch.autograd.grad(F.layer_norm(x, (80,), w, b, 1e-5), (x, w, b), dy)
+    for g_, w_ in zip(got, want):
+        torch.testing.assert_close(g_, w_, rtol=1e-4, atol=1e-5)
