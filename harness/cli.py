@@ -26,10 +26,17 @@ def _add_run(sub):
                    help="force a device (default: cuda when a GPU is present)")
 
 
+def _sigterm_as_interrupt(signum, frame):
+    raise KeyboardInterrupt  # a job scheduler's SIGTERM stops a run like Ctrl-C: partial, resumable
+
+
 def _cmd_run(a, console: Console) -> int:
+    import signal
+
     from harness import runner, show
     from harness.runner import Interrupted
 
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     if a.resume and a.experiment:
         raise HarnessError("run: give an experiment file or --resume RUN, not both")
     if not a.resume and not a.experiment:

@@ -7,7 +7,8 @@ so the kernel can do no better than the copy roof. What decides how close it get
   loads/stores (8 fp16 or 4 fp32 per instruction); BLOCK / (32 * num_warps) elements per thread
   means several of them in flight per thread.
 - enough bytes in flight per SM: BLOCK and num_warps are picked by the Tuner per (N, dtype).
-- no mask when N is a multiple of BLOCK (EVEN), so the hot path has no predicate math.
+- no mask but in the last block (none at all when N is a multiple of BLOCK: EVEN), so the hot
+  path has no predicate math and keeps its 16-byte accesses for any N.
 - int64 offsets: N may exceed 2**31 elements.
 """
 from __future__ import annotations
@@ -35,21 +36,30 @@ def _add(x, y):
 
 
 @triton.jit
+def _add_full(x_ptr, y_ptr, z_ptr, offs):
+    # read BLOCK elements of x and of y (no mask: 16-byte vector accesses)
+    x = tl.load(x_ptr + offs, eviction_policy="evict_first")
+    y = tl.load(y_ptr + offs, eviction_policy="evict_first")
+    # write BLOCK elements of z
+    tl.store(z_ptr + offs, _add(x, y))
+
+
+@triton.jit
 def _add_kernel(x_ptr, y_ptr, z_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
     start = tl.program_id(0).to(tl.int64) * BLOCK
     offs = start + tl.arange(0, BLOCK)
     if EVEN:
-        # read BLOCK elements of x and of y
-        x = tl.load(x_ptr + offs, eviction_policy="evict_first")
-        y = tl.load(y_ptr + offs, eviction_policy="evict_first")
-        # write BLOCK elements of z
-        tl.store(z_ptr + offs, _add(x, y))
+        _add_full(x_ptr, y_ptr, z_ptr, offs)
+    elif start + BLOCK <= n:
+        # every block but the last stays unmasked even when N is odd: a mask on a length that
+        # is not a multiple of 16 would forbid vectorised accesses in all of them
+        _add_full(x_ptr, y_ptr, z_ptr, offs)
     else:
         mask = offs < n
-        # read BLOCK elements of x and of y (the tail block is masked)
+        # read the tail of x and of y
         x = tl.load(x_ptr + offs, mask=mask, eviction_policy="evict_first")
         y = tl.load(y_ptr + offs, mask=mask, eviction_policy="evict_first")
-        # write BLOCK elements of z
+        # write the tail of z
         tl.store(z_ptr + offs, _add(x, y), mask=mask)
 
 
