@@ -60,7 +60,7 @@ def consolidate(run_dir, op: Op) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFra
         row = {"case_id": c.case_id, "correct": None}
         if chk and chk["status"] in ("ok", "failed"):
             row.update({k: chk.get(k) for k in ("correct", "max_abs_err", "rel_err", "tol",
-                                                "torch_err")})
+                                                "torch_err", "expected_kernels")})
         if tim and tim["status"] == "ok":
             row.update({k: tim.get(k) for k in ("median_ms", "p20_ms", "p80_ms", "iqr_ms",
                                                 "n_samples", "rel_stderr", "clock",

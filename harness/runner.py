@@ -207,6 +207,9 @@ class Runner:
             self._set_pass(prof_name, "skipped: no runnable case to profile")
             return
         out_dir = store.raw_dir(self.run_dir, prof_name)
+        # one report per pass: a pass stopped half-way (Ctrl-C, timeout) is redone whole,
+        # not just for the cases its worker had not reached
+        store.clear_parts(self.run_dir, prof_name)
         task = progress.add_task(prof_name, total=len(cases))
         argv = prof.command(worker_argv(self.run_dir, "torch_profiler" if prof_name ==
                                         "torch_profiler" else "profile", self.device, cases,

@@ -35,7 +35,7 @@ CASE_COLUMNS = ["case_id", "op", "impl", "role", "params", "dtype", "status", "e
 RESULT_COLUMNS = [
     "case_id", "correct", "max_abs_err", "rel_err", "tol", "torch_err", "median_ms", "p20_ms",
     "p80_ms", "iqr_ms", "n_samples", "rel_stderr", "clock", "tflops", "gbps", "peak_mem_bytes",
-    "speedup_vs_baseline", "flags",
+    "speedup_vs_baseline", "expected_kernels", "flags",
 ]
 SAMPLE_COLUMNS = ["case_id", "i", "ms"]
 METRIC_COLUMNS = ["case_id", "source", "kernel", "name", "value", "unit"]
@@ -268,6 +268,11 @@ def read_parts(run_dir: Path, pass_name: str) -> list[dict]:
             continue
         out[rec["case_id"]] = rec
     return list(out.values())
+
+
+def clear_parts(run_dir: Path, pass_name: str) -> None:
+    """Forget a pass's records (a profiler pass is redone whole: it makes one report)."""
+    parts_path(run_dir, pass_name).unlink(missing_ok=True)
 
 
 def raw_dir(run_dir: Path, *sub: str) -> Path:

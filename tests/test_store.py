@@ -74,3 +74,11 @@ def test_calibration_cache(tmp_path):
     store.save_calibration(tmp_path, "NVIDIA H200", {"copy_gbps": 4225.0})
     assert store.load_calibration("NVIDIA H200", tmp_path)["copy_gbps"] == 4225.0
     assert store.load_calibration("NVIDIA H100", tmp_path) is None
+
+
+def test_clear_parts(tmp_path):
+    run = store.create_run(tmp_path, "p", {})
+    store.append_part(run, "ncu", {"case_id": "a", "status": "ok"})
+    store.clear_parts(run, "ncu")
+    store.clear_parts(run, "ncu")  # idempotent
+    assert store.read_parts(run, "ncu") == []
