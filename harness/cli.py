@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         return worker.main(argv[1:])
     console = Console(stderr=False, highlight=False)
     if not console.is_terminal:  # logs and CI: wide enough for the summary table
-        console = Console(stderr=False, highlight=False, width=180)
+        console = Console(stderr=False, highlight=False, width=230)
     err = Console(stderr=True, highlight=False)
     try:
         a = build_parser().parse_args(argv)

@@ -49,6 +49,15 @@ def spread_pct(row) -> str:
     return f"±{(hi - lo) / 2 / med * 100:.1f}%"
 
 
+def constant_params(df: pd.DataFrame) -> dict:
+    """Parameters with one value across all cases of a run (shown once, not per row)."""
+    if len(df) < 2:
+        return {}
+    rows = list(df["params"])
+    first = rows[0]
+    return {k: v for k, v in first.items() if all(r.get(k) == v for r in rows[1:])}
+
+
 def _s(x) -> str:
     return x if isinstance(x, str) and x else "-"
 
@@ -81,6 +90,10 @@ def render(run_dir: str | Path, console: Console) -> None:
     where = env.get("gpu_name") or f"CPU ({env.get('cpu') or 'unknown'})"
     console.print(f"[bold]{exp['name']}[/] · op {exp['op']} · {where} · run {m['run_id']} · "
                   f"status [bold]{m.get('status')}[/]")
+    fixed = constant_params(df)
+    if fixed:
+        console.print("[dim]every case: " + " ".join(f"{k}={_v(v)}" for k, v in fixed.items())
+                      + "[/]")
     if cpu:
         console.print("[yellow]CPU run: Triton kernels ran in the interpreter; times are CPU "
                       "wall-clock, useful for checking, not for performance.[/]")
@@ -93,7 +106,7 @@ def render(run_dir: str | Path, console: Console) -> None:
     if not cpu:  # interpreter timings say nothing about speed: no speedups, no throughput
         cols += [("speedup", "right"), ("TFLOP/s" if primary == "tflops" else "GB/s", "right")]
     for col, just in cols:
-        t.add_column(col, justify=just, no_wrap=col != "case")
+        t.add_column(col, justify=just, no_wrap=True)
     if has_roof:
         t.add_column("% roof", justify="right")
     t.add_column("peak mem", justify="right")
@@ -108,7 +121,8 @@ def render(run_dir: str | Path, console: Console) -> None:
         speed = "-" if sp is None else ("[dim]base[/]" if r["role"] == "baseline" else
                                         f"[{'green' if sp >= 1 else 'red'}]{sp:.2f}x[/]")
         thr = _n(r.get("tflops" if primary == "tflops" else "gbps"))
-        label = " ".join(f"{k}={_v(v)}" for k, v in r["params"].items()) or r["case_id"]
+        label = " ".join(f"{k}={_v(v)}" for k, v in r["params"].items()
+                         if k not in fixed) or r["case_id"]
         cells = [r["impl"], label,
                  DTYPE_SHORT.get(r["dtype"], r["dtype"]), MARK.get(r["status"], r["status"]),
                  fmt_ms(r.get("median_ms")), spread_pct(r)]
