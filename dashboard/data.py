@@ -126,7 +126,7 @@ def _read_run(path: str, cal_roots: tuple[str, ...]) -> RunData:
         rd.error = (f"{path}: no cases recorded (status {status!r}; the cases table is missing "
                     "or empty: a half-written run?)")
         return rd
-    rd.calibration = store.load_calibration(rd.gpu, str(Path(path).parent), *cal_roots)
+    rd.calibration = store.run_calibration(path, *cal_roots)
     return rd
 
 

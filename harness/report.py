@@ -83,10 +83,8 @@ class Report:
 
         self.run_dir = Path(run_dir)
         self.manifest = store.load_manifest(self.run_dir)
-        env = self.manifest.get("env") or {}
-        roots = [self.run_dir.parent] + ([store_root] if store_root else [])
-        self.calibration = (store.load_calibration(env.get("gpu_name"), *roots)
-                            if self.manifest.get("device") == "cuda" else None)
+        self.calibration = store.run_calibration(self.run_dir,
+                                                 *([store_root] if store_root else []))
         self.df = report_context.speedup_marks(summary_frame(self.run_dir),
                                                store.load_samples(self.run_dir))
         self.metrics = store.load_metrics(self.run_dir)

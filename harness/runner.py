@@ -314,9 +314,11 @@ class Runner:
         from harness.calibrate import ensure
 
         consolidate(self.run_dir, self.op)
-        if self.device == "cuda":
-            ensure(self.run_dir.parent, (self.manifest.get("env") or {}).get("gpu_name"),
-                   self.console)
+        if self.device == "cuda":  # the run keeps the ceilings it is judged against
+            cal = ensure(self.run_dir.parent, (self.manifest.get("env") or {}).get("gpu_name"),
+                         self.console)
+            if cal:
+                self.manifest = store.update_manifest(self.run_dir, calibration=cal)
         annotate(self.run_dir, self.op)
         cases = store.load_cases(self.run_dir)
         failed_pass = any(v.startswith("failed") for v in self.passes.values())

@@ -306,6 +306,18 @@ def load_calibration(gpu_name: str | None, *roots: str | Path) -> dict | None:
     return None
 
 
+def run_calibration(run_dir: str | Path, *roots: str | Path) -> dict | None:
+    """The ceilings a run is judged against: those measured on its own machine (snapshot in
+    the manifest), else the cached ones for its GPU under its store root or `roots`."""
+    m = load_manifest(run_dir)
+    if m.get("calibration"):
+        return m["calibration"]
+    if m.get("device") != "cuda":
+        return None
+    gpu = (m.get("env") or {}).get("gpu_name")
+    return load_calibration(gpu, Path(run_dir).parent, *roots)
+
+
 def to_records(df: pd.DataFrame) -> list[dict]:
     return json.loads(df.to_json(orient="records"))
 

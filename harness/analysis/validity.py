@@ -60,8 +60,7 @@ def flags_for(row: dict, expected: int | None, env: dict, profiled: dict[str, bo
 def annotate(run_dir: str | Path, op: Op) -> pd.DataFrame:
     manifest = store.load_manifest(run_dir)
     env = manifest.get("env") or {}
-    root = Path(run_dir).parent
-    cal = store.load_calibration(env.get("gpu_name"), root, Path("runs"))
+    cal = store.run_calibration(run_dir, Path("runs"))
     ceil = roofline.Ceilings.from_calibration(cal)
     view = summary.summary_frame(run_dir)
     passes = manifest.get("passes", {})
