@@ -107,7 +107,7 @@ def checks(out_root: str, probe_ncu: bool = True) -> list[tuple[str, bool | None
         rows.append(_importer_check(exe))
     cal = store.load_calibration(gpus[0].get("gpu_name") if gpus else None, out_root)
     if has_gpu:
-        rows.append(("calibration", cal is not None,
+        rows.append(("calibration", True if cal is not None else None,
                      f"cached for {cal.get('gpu_name')} ({cal.get('measured_utc')})" if cal else
                      "not measured yet: `python -m harness calibrate` (a GPU run does it once)"))
     root = Path(out_root)
