@@ -24,6 +24,7 @@ import streamlit as st
 from harness import store
 from harness.analysis.summary import short_kernel_name, summary_frame
 from harness.errors import HarnessError
+from harness.values import finite as _num
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES_ROOT = REPO_ROOT / "runs" / "examples"
@@ -253,13 +254,6 @@ def selection_from_rows(table: pd.DataFrame, rows: list[int]) -> tuple[str, str]
 
 
 # -- the run page ----------------------------------------------------------------------------------
-
-def _num(x) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(v) else v
 
 
 def _flags(x) -> list[str]:

@@ -22,19 +22,13 @@ import plotly.graph_objects as go
 
 from harness.profilers.metrics import STALL_REASONS
 from harness.spec import DTYPE_SHORT
+from harness.values import finite as _num
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b",
           "#e377c2", "#7f7f7f", "#bcbd22")
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=60),
               font=dict(size=12), legend=dict(orientation="h", y=-0.2))
 
-
-def _num(x) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(v) else v
 
 
 def shape_label(row) -> str:

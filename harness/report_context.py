@@ -23,18 +23,12 @@ from harness import store
 from harness.analysis.compare import compare_samples
 from harness.charts import OCCUPANCY_COLUMNS, occupancy_table, shape_label
 from harness.show import _primary, _v, fmt_bytes, fmt_ms, spread_pct
+from harness.values import finite as _n
 
 VERDICT_ROOF = re.compile(r"^(memory|compute)-bound at \d+% of the (?:DRAM|compute) roof")
 OK_MARK = {"ok": "✓", "failed": "✗ failed", "error": "error", "skipped": "skipped",
            "pending": "pending"}
 
-
-def _n(x) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(v) else v
 
 
 def _flags(r: dict) -> list[str]:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -12,17 +11,11 @@ from rich.table import Table
 from harness import store
 from harness.analysis.summary import summary_frame
 from harness.spec import DTYPE_SHORT
+from harness.values import finite as _n
 
 MARK = {"ok": "[green]✓[/]", "failed": "[red]✗[/]", "error": "[red]error[/]",
         "skipped": "[dim]skip[/]", "pending": "[dim]…[/]"}
 
-
-def _n(x) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(v) else v
 
 
 def fmt_ms(x) -> str:

@@ -27,6 +27,7 @@ import pandas as pd
 
 from harness import store
 from harness.errors import HarnessError
+from harness.values import finite as _num
 
 MARKS = ("faster", "slower", "same", "ambiguous", "missing")
 MIN_SAMPLES = 5  # fewer samples on a side than this: never a verdict, always ambiguous
@@ -194,13 +195,6 @@ def case_key(impl: str, params: dict, dtype: str) -> str:
                      for k, v in params.items())
     return " ".join(s for s in (impl, shape, DTYPE_SHORT.get(dtype, dtype)) if s)
 
-
-def _num(x) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(v) else v
 
 
 def _is_correct(row: dict) -> bool:

@@ -10,7 +10,6 @@ Flags (strings, stored as a JSON list per case):
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -20,17 +19,11 @@ from harness.analysis import roofline, summary
 from harness.analysis.verdict import verdict
 from harness.registry import Op, Params
 from harness.results import ITEMSIZE
+from harness.values import finite as _num
 
 AGREE_TOL = 0.10
 AGREE_MIN_US = 50.0
 
-
-def _num(x) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(v) else v
 
 
 def flags_for(row: dict, expected: int | None, env: dict, profiled: dict[str, bool]) -> list[str]:

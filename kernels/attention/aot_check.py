@@ -13,16 +13,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from triton.compiler import compile as triton_compile
+from kernels._aot import compile_cost
+
 
 
 @dataclass(frozen=True)
@@ -42,34 +37,14 @@ class Build:
                 f"{self.smem_bytes / 1024:6.1f} KiB  wgmma {self.wgmma}")
 
 
-def _resources(cubin: bytes) -> tuple[int, int]:
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
-                        "cuobjdump")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True,
-                             check=True).stdout
-    regs = re.search(r"REG:(\d+)", out)
-    stack = re.search(r"STACK:(\d+)", out)
-    if regs is None or stack is None:
-        raise RuntimeError(f"cuobjdump -res-usage gave no REG/STACK: {out[:200]!r}")
-    return int(regs.group(1)), int(stack.group(1))
-
-
 def build(fn, name: str, pointers: dict[str, str], scalars: dict[str, str], consts: dict,
           config: tuple, D: int, causal: bool, capability: int = 90) -> Build:
     """Compile `fn` for sm_<capability>; pointers 16-byte aligned and n_ctx % 16 == 0 (what
     Triton assumes at launch for the sweep's shapes)."""
     signature = {**pointers, **scalars, **{k: "constexpr" for k in consts}}
-    aligned = [*pointers, "n_ctx"]
-    attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in aligned}
-    src = ASTSource(fn=fn, signature=signature, constexprs=consts, attrs=attrs)
-    k = triton_compile(src, target=GPUTarget("cuda", capability, 32),
-                       options={"num_warps": config[2], "num_stages": config[3]})
-    regs, stack = _resources(k.asm["cubin"])
-    return Build(name, D, causal, tuple(config), regs, stack, int(k.metadata.shared),
-                 k.asm["ptx"].count("wgmma.mma_async"))
+    c = compile_cost(fn, signature, consts, [*pointers, "n_ctx"], config[2], config[3],
+                     capability)
+    return Build(name, D, causal, tuple(config), c.regs, c.stack, c.smem_bytes, c.wgmma)
 
 
 def builds(quick: bool, dtype: str = "fp16", dims=(64, 128)):

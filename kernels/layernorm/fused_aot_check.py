@@ -16,16 +16,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 
+from kernels._aot import compile_cost
+
 import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from triton.compiler import compile as triton_compile
 
 
 @dataclass(frozen=True)
@@ -44,21 +40,6 @@ class Build:
                 f"{self.wgmma:3d}  v4 ld/st {self.vec16}")
 
 
-def _resources(cubin: bytes) -> tuple[int, int]:
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
-                        "cuobjdump")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True,
-                             check=True).stdout
-    regs = re.search(r"REG:(\d+)", out)
-    stack = re.search(r"STACK:(\d+)", out)
-    if regs is None or stack is None:
-        raise RuntimeError(f"cuobjdump -res-usage gave no REG/STACK: {out[:200]!r}")
-    return int(regs.group(1)), int(stack.group(1))
-
-
 def build(fn, name: str, label: str, args: dict, consts: dict, warps: int, stages: int = 1,
           aligned: tuple = ()) -> Build:
     """Compile `fn` for sm_90. `args`: name -> type ("*fp16", "i32", "fp32"); `consts`:
@@ -66,15 +47,8 @@ def build(fn, name: str, label: str, args: dict, consts: dict, warps: int, stage
     (pointers always are)."""
     signature = {a: args.get(a, "constexpr") for a in fn.arg_names}
     div16 = [a for a, t in args.items() if t.startswith("*")] + list(aligned)
-    attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in div16}
-    src = ASTSource(fn=fn, signature=signature, constexprs=consts, attrs=attrs)
-    k = triton_compile(src, target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": warps, "num_stages": stages})
-    regs, stack = _resources(k.asm["cubin"])
-    ptx = k.asm["ptx"]
-    vec16 = len(re.findall(r"(?:ld|st)\.global[^\n]*\.v4\.b32", ptx))
-    return Build(name, label, regs, stack, int(k.metadata.shared), ptx.count("wgmma.mma_async"),
-                 vec16)
+    c = compile_cost(fn, signature, consts, div16, warps, stages)
+    return Build(name, label, c.regs, c.stack, c.smem_bytes, c.wgmma, c.vec16)
 
 
 def builds(dtype: str, only: set[str] | None, quick: bool = False):

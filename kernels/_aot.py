@@ -1,0 +1,57 @@
+"""Compile a Triton kernel for sm_90 without a GPU and read what it costs.
+
+Used by the per-family build checks (kernels/attention/aot_check.py,
+kernels/layernorm/fused_aot_check.py). Uses the ptxas and cuobjdump shipped in the triton wheel;
+must run WITHOUT TRITON_INTERPRET=1 (under the interpreter @triton.jit gives Python functions).
+The numbers come from the local triton, not the GPU box's: a guide for config lists.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.compiler import compile as triton_compile
+
+
+@dataclass(frozen=True)
+class Cost:
+    regs: int
+    stack: int  # spill stack, bytes
+    smem_bytes: int
+    wgmma: int  # wgmma.mma_async instructions in the PTX
+    vec16: int  # 128-bit global loads/stores in the PTX
+
+
+def _resources(cubin: bytes) -> tuple[int, int]:
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
+                        "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True,
+                             check=True).stdout
+    regs = re.search(r"REG:(\d+)", out)
+    stack = re.search(r"STACK:(\d+)", out)
+    if regs is None or stack is None:
+        raise RuntimeError(f"cuobjdump -res-usage gave no REG/STACK: {out[:200]!r}")
+    return int(regs.group(1)), int(stack.group(1))
+
+
+def compile_cost(fn, signature: dict, consts: dict, aligned, warps: int, stages: int,
+                 capability: int = 90) -> Cost:
+    """Compile `fn` (signature: arg -> type or "constexpr"; `aligned`: args the launch marks
+    divisible by 16, as Triton does for 16-aligned pointers and multiples of 16)."""
+    attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in aligned}
+    src = ASTSource(fn=fn, signature=signature, constexprs=consts, attrs=attrs)
+    k = triton_compile(src, target=GPUTarget("cuda", capability, 32),
+                       options={"num_warps": warps, "num_stages": stages})
+    regs, stack = _resources(k.asm["cubin"])
+    ptx = k.asm["ptx"]
+    return Cost(regs, stack, int(k.metadata.shared), ptx.count("wgmma.mma_async"),
+                len(re.findall(r"(?:ld|st)\.global[^\n]*\.v4\.b32", ptx)))
