@@ -1,5 +1,5 @@
-"""Helpers shared by the kernel packages: interpreter detection, a launch-config tuner,
-torch.compile with a roomy recompile cache, and availability predicates."""
+"""Helpers shared by the kernel packages: interpreter detection, a launch-config tuner, and
+torch.compile with a roomy recompile cache."""
 from __future__ import annotations
 
 import os
@@ -9,11 +9,6 @@ from typing import Callable, Hashable, Sequence
 def interpreted() -> bool:
     """True when Triton kernels run in the CPU interpreter (TRITON_INTERPRET=1)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-def needs_cuda(params, dtype: str, device: str) -> str | None:
-    """Availability predicate for implementations that only exist on NVIDIA GPUs."""
-    return None if device == "cuda" else "needs a CUDA device"
 
 
 class Tuner:
@@ -58,13 +53,25 @@ def interpreter_bf16(dtype) -> bool:
     return dtype == torch.bfloat16 and interpreted()
 
 
-def compiled(fn: Callable, dynamic: bool | None = False) -> Callable:
-    """torch.compile(fn) with a recompile cache large enough for a whole sweep of shapes."""
-    import torch
-    import torch._dynamo
+def compiled(fn: Callable, dynamic: bool | None = False, before: Callable | None = None
+             ) -> Callable:
+    """torch.compile(fn), built on the first call (importing an op costs no dynamo set-up),
+    with a recompile cache large enough for a whole sweep of shapes. `before()` runs once,
+    just before, for compile settings an op needs."""
+    state: dict = {}
 
-    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
-    if hasattr(torch._dynamo.config, "accumulated_cache_size_limit"):
-        torch._dynamo.config.accumulated_cache_size_limit = max(
-            torch._dynamo.config.accumulated_cache_size_limit, 1024)
-    return torch.compile(fn, dynamic=dynamic)
+    def call(*args, **kwargs):
+        if "fn" not in state:
+            import torch
+            import torch._dynamo
+
+            cfg = torch._dynamo.config
+            cfg.cache_size_limit = max(cfg.cache_size_limit, 256)
+            if hasattr(cfg, "accumulated_cache_size_limit"):
+                cfg.accumulated_cache_size_limit = max(cfg.accumulated_cache_size_limit, 1024)
+            if before is not None:
+                before()
+            state["fn"] = torch.compile(fn, dynamic=dynamic)
+        return state["fn"](*args, **kwargs)
+
+    return call

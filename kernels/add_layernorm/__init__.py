@@ -76,15 +76,12 @@ def add_ln_torch(x, res, w, b):
     return _add_ln(x, res, w, b)
 
 
-_compiled = None
+_compiled = compiled(_add_ln)
 
 
 @op.impl("torch_compile", backend="compile")
 def add_ln_compile(x, res, w, b):
     """torch.compile of the add + F.layer_norm, one compile per shape"""
-    global _compiled
-    if _compiled is None:
-        _compiled = compiled(_add_ln)
     return _compiled(x, res, w, b)
 
 

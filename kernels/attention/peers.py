@@ -70,21 +70,17 @@ def sdpa_unavailable(backend: str):
     return reason
 
 
-_compiled: Callable | None = None
+def _no_donated_buffers() -> None:
+    """The bwd mode measures autograd.grad(..., retain_graph=True) repeatedly on one graph;
+    AOTAutograd's donated buffers forbid retain_graph, so they are turned off."""
+    import torch._functorch.config
+
+    if hasattr(torch._functorch.config, "donated_buffer"):
+        torch._functorch.config.donated_buffer = False
 
 
-def _compiled_naive() -> Callable:
-    global _compiled
-    if _compiled is None:
-        # the bwd mode measures autograd.grad(..., retain_graph=True) repeatedly on one graph;
-        # AOTAutograd's donated buffers forbid retain_graph, so they are turned off
-        import torch._functorch.config
-
-        if hasattr(torch._functorch.config, "donated_buffer"):
-            torch._functorch.config.donated_buffer = False
-        _compiled = compiled(lambda q, k, v, causal: naive_attention(q, k, v, causal=causal),
-                             dynamic=None)
-    return _compiled
+_compiled_naive = compiled(lambda q, k, v, causal: naive_attention(q, k, v, causal=causal),
+                           dynamic=None, before=_no_donated_buffers)
 
 
 def torch_compile_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
@@ -97,4 +93,4 @@ def torch_compile_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *
     for t in flat:
         torch._dynamo.maybe_mark_dynamic(t, 0)
         torch._dynamo.maybe_mark_dynamic(t, 1)
-    return _compiled_naive()(*flat, causal).view(B, H, N, D)
+    return _compiled_naive(*flat, causal).view(B, H, N, D)

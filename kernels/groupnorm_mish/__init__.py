@@ -80,15 +80,12 @@ def gn_mish_torch(x, w, b, groups):
     return _gn_mish(x, w, b, groups)
 
 
-_compiled = None
+_compiled = compiled(_gn_mish)
 
 
 @op.impl("torch_compile", backend="compile")
 def gn_mish_compile(x, w, b, groups):
     """torch.compile of F.group_norm + F.mish, one compile per shape"""
-    global _compiled
-    if _compiled is None:
-        _compiled = compiled(_gn_mish)
     return _compiled(x, w, b, groups)
 
 

@@ -107,15 +107,12 @@ def ln_torch(x, w, b):
     return F.layer_norm(x, (x.shape[-1],), w, b, EPS)
 
 
-_compiled_ln = None
+_compiled_ln = compiled(lambda a, c, d: F.layer_norm(a, (a.shape[-1],), c, d, EPS))
 
 
 @op.impl("torch_compile", backend="compile")
 def ln_compile(x, w, b):
     """torch.compile(F.layer_norm), one compile per shape (and per mode)"""
-    global _compiled_ln
-    if _compiled_ln is None:
-        _compiled_ln = compiled(lambda a, c, d: F.layer_norm(a, (a.shape[-1],), c, d, EPS))
     return _compiled_ln(x, w, b)
 
 

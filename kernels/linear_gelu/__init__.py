@@ -83,15 +83,13 @@ def linear_gelu_torch(x, w, b, approximate="none"):
     return F.gelu(F.linear(x, w, b), approximate=approximate)
 
 
-_compiled = {}
+_compiled = {a: compiled(lambda x, w, b, a=a: F.gelu(F.linear(x, w, b), approximate=a))
+             for a in APPROXIMATE}
 
 
 @op.impl("torch_compile", backend="compile")
 def linear_gelu_compile(x, w, b, approximate="none"):
     """torch.compile(F.gelu(F.linear(...))), default mode, one compile per shape"""
-    if approximate not in _compiled:
-        _compiled[approximate] = compiled(
-            lambda a, c, d: F.gelu(F.linear(a, c, d), approximate=approximate))
     return _compiled[approximate](x, w, b)
 
 

@@ -93,15 +93,13 @@ def mlp_torch(x, w1, b1, w2, b2, approximate="none"):
     return _mlp(x, w1, b1, w2, b2, approximate)
 
 
-_compiled = {}
+_compiled = {a: compiled(lambda x, w1, b1, w2, b2, a=a: _mlp(x, w1, b1, w2, b2, a))
+             for a in APPROXIMATE}
 
 
 @op.impl("torch_compile", backend="compile")
 def mlp_compile(x, w1, b1, w2, b2, approximate="none"):
     """torch.compile of the MLP, default mode, one compile per shape"""
-    if approximate not in _compiled:
-        _compiled[approximate] = compiled(
-            lambda a, c, d, e, f: _mlp(a, c, d, e, f, approximate))
     return _compiled[approximate](x, w1, b1, w2, b2)
 
 

@@ -54,15 +54,12 @@ def softmax_torch(x):
     return torch.softmax(x, dim=-1)
 
 
-_compiled_softmax = None
+_compiled_softmax = compiled(lambda t: torch.softmax(t, dim=-1))
 
 
 @op.impl("torch_compile", backend="compile")
 def softmax_compile(x):
     """torch.compile(torch.softmax), one compile per shape"""
-    global _compiled_softmax
-    if _compiled_softmax is None:
-        _compiled_softmax = compiled(lambda t: torch.softmax(t, dim=-1))
     return _compiled_softmax(x)
 
 
