@@ -22,7 +22,8 @@ import pandas as pd
 import streamlit as st
 
 from harness import store
-from harness.analysis.summary import short_kernel_name, summary_frame
+from harness.analysis.summary import summary_frame
+from harness.profilers.metrics import short_kernel_name
 from harness.errors import HarnessError
 from harness.values import finite as _num
 

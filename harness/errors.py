@@ -24,9 +24,5 @@ class StoreError(HarnessError):
     """A run cannot be found, or a run directory is not a valid run."""
 
 
-class ProfilerUnavailable(HarnessError):
-    """A profiler cannot run here; the message says why and where we looked."""
-
-
 class ImportFormatError(HarnessError):
     """A file given to `harness import` is not something we can read."""

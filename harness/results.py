@@ -77,11 +77,6 @@ def consolidate(run_dir, op: Op) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFra
     cases = cases.assign(status=statuses, error=errors)
     res = pd.DataFrame(results)
     res = _speedups(cases, res)
-    # keep flags/verdicts computed by earlier consolidations (profiler passes add them)
-    old = store.load_results(run_dir)
-    for col in ("flags", "bound", "pct_of_roof", "verdict"):
-        if col in old.columns and len(old):
-            res[col] = res["case_id"].map(dict(zip(old["case_id"], old[col])))
     store.write_table(run_dir, "cases", cases)
     store.write_table(run_dir, "results", res)
     store.write_table(run_dir, "samples", pd.DataFrame(samples, columns=store.SAMPLE_COLUMNS))

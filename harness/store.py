@@ -21,7 +21,7 @@ import secrets
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pandas as pd
 
@@ -318,15 +318,6 @@ def run_calibration(run_dir: str | Path, *roots: str | Path) -> dict | None:
     return load_calibration(gpu, Path(run_dir).parent, *roots)
 
 
-def to_records(df: pd.DataFrame) -> list[dict]:
-    return json.loads(df.to_json(orient="records"))
-
 
 def params_of(row_params: str) -> dict:
     return json.loads(row_params) if isinstance(row_params, str) else dict(row_params or {})
-
-
-def iter_runs(rows: Iterable[dict]) -> Iterable[Path]:
-    for r in rows:
-        if not r.get("error"):
-            yield Path(r["path"])

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness import store
-from harness.profilers.metrics import STALL_REASONS, short_kernel_name  # noqa: F401
+from harness.profilers.metrics import STALL_REASONS, short_kernel_name
 
 ADDITIVE = ("duration_us", "dram_bytes_read", "dram_bytes_write", "flop_count",
             "flop_count_tensor")

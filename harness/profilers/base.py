@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.errors import ProfilerUnavailable
 
 METRIC_COLUMNS = ["case_id", "source", "kernel", "name", "value", "unit"]
 
@@ -43,11 +42,6 @@ class Profiler(ABC):
 
     def is_available(self) -> bool:
         return self.availability().ok
-
-    def require(self) -> None:
-        a = self.availability()
-        if not a.ok:
-            raise ProfilerUnavailable(f"{self.name}: {a.detail}")
 
     @abstractmethod
     def command(self, worker_argv: list[str], out_dir: Path, options) -> list[str]: ...
