@@ -13,6 +13,7 @@ An all-zeros, all-NaN or partially written output fails; so does a wrong shape.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import asdict, dataclass
 
 import torch
@@ -21,6 +22,7 @@ from harness.registry import Impl, Op, Params
 
 EPS = {torch.float16: 2.0 ** -10, torch.bfloat16: 2.0 ** -7, torch.float32: 2.0 ** -23,
        torch.float64: 2.0 ** -52}
+REF_SECONDS = [0.0]  # wall time spent computing references (harness self-profiling)
 TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
@@ -128,8 +130,12 @@ def check(op: Op, impl: Impl, params: Params, dtype_name: str, device: str, *,
             torch.cuda.synchronize()
         out = tuple(o.detach().clone() if isinstance(o, torch.Tensor) else o
                     for o in _as_tuple(out))
+        t_ref = time.perf_counter()
         ref_lo = _as_tuple(op.run_reference(inputs, params))
         ref_hi = _as_tuple(op.run_reference(tuple(_upcast(x, hi) for x in inputs), params))
+        if device == "cuda":
+            torch.cuda.synchronize()
+        REF_SECONDS[0] += time.perf_counter() - t_ref
         figures, reason = compare(out, ref_hi, ref_lo, dtype, tol_factor)
         del inputs, out, ref_lo, ref_hi, out_buf
         if worst is None or _ratio(figures) >= _ratio(worst):

@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import traceback
 import zlib
 from pathlib import Path
@@ -87,11 +88,15 @@ class Worker:
         if not opts.enabled:
             return {"status": "ok", "correct": None, "error": None,
                     "expected_kernels": impl.kernels_expected(params)}
+        from harness import correctness
+
+        ref0 = correctness.REF_SECONDS[0]
         res = check(self.op, impl, params, dtype, self.device, trials=opts.trials,
                     seed=case_seed(self.seed, case_id), tol_factor=opts.tol_factor)
+        ref_s = round(correctness.REF_SECONDS[0] - ref0, 3)
         # what the code measured declares, kept with the run (the code may change later)
         return {"status": "ok" if res.correct else "failed", **res.as_dict(),
-                "expected_kernels": impl.kernels_expected(params)}
+                "expected_kernels": impl.kernels_expected(params), "ref_s": ref_s}
 
     def do_time(self, impl, params, dtype, case_id) -> dict:
         from harness import timing
@@ -155,7 +160,9 @@ class Worker:
             emit("pass", name=part, total=len(todo))
             for case_id, impl_name, params, dtype in todo:
                 emit("start", name=part, case_id=case_id)
+                began = time.perf_counter()
                 rec = self._one(pass_name, case_id, impl_name, params, dtype, check_parts)
+                rec["wall_s"] = round(time.perf_counter() - began, 3)
                 store.append_part(self.run_dir, part, {"case_id": case_id, **rec})
                 emit("done", name=part, case_id=case_id, status=rec["status"])
                 if rec.get("context_dead"):

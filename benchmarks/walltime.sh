@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The harness measuring itself: wall time of whole `harness run`s on the device, the runs kept.
+#   usage (device, repo root, after `source .devcarry/env.sh`):
+#     benchmarks/walltime.sh OUT_DIR LIMIT_S experiments/x.yaml [more run args]
+# Writes OUT_DIR/<name>.log (the run's output + `time`) and the store under OUT_DIR/store.
+set -uo pipefail
+out=$1; limit=$2; exp=$3; shift 3
+name=$(basename "$exp" .yaml)
+mkdir -p "$out"
+start=$(date +%s%N)
+timeout "$limit" python3 -m harness run "$exp" --out "$out/store" "$@" > "$out/$name.log" 2>&1
+rc=$?
+end=$(date +%s%N)
+ms=$(( (end - start) / 1000000 ))
+printf '%s: exit %s, wall %d.%03d s\n' "$name" "$rc" $((ms / 1000)) $((ms % 1000)) | tee -a "$out/$name.log"
