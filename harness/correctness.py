@@ -107,16 +107,60 @@ def compare(out, ref_hi, ref_lo, dtype: torch.dtype, tol_factor: float) -> tuple
     return worst, reason
 
 
+class ReferenceCache:
+    """The references of the shape in flight, shared by all its implementations.
+
+    Every implementation of one shape is checked on the same fresh inputs (seeded per run, shape
+    and trial), so the fp32/fp64 and same-dtype references are computed once per (shape, trial)
+    instead of once per implementation. Only one shape is held at a time (cases come grouped by
+    shape), so memory stays bounded by one shape's outputs.
+    """
+
+    def __init__(self):
+        self.key = None
+        self.entries: dict[int, tuple] = {}
+        self.hits = 0
+
+    def get(self, key, trial: int, compute):
+        if key != self.key:
+            self.key, self.entries = key, {}
+        if trial in self.entries:
+            self.hits += 1
+        else:
+            self.entries[trial] = compute()
+        return self.entries[trial]
+
+
 def check(op: Op, impl: Impl, params: Params, dtype_name: str, device: str, *,
-          trials: int = 2, seed: int = 0, tol_factor: float = 2.0) -> CorrectnessResult:
-    """Run `impl` on `trials` fresh random inputs; compare each result with the reference."""
+          trials: int = 2, seed: int = 0, tol_factor: float = 2.0,
+          cache: ReferenceCache | None = None) -> CorrectnessResult:
+    """Run `impl` on `trials` fresh random inputs; compare each result with the reference.
+
+    The references are computed from the freshly drawn inputs before the implementation runs
+    (an implementation that writes into its inputs cannot move them); with `cache`, they are
+    reused by the other implementations of the same (params, dtype, seed).
+    """
     dtype = TORCH_DTYPES[dtype_name]
     hi = torch.float64 if dtype == torch.float32 else torch.float32
+    key = (op.name, tuple(sorted(params.items())), dtype_name, device, seed)
     worst: dict | None = None
     for t in range(trials):
         gen = torch.Generator(device=device)
         gen.manual_seed(seed + 7919 * t)
         inputs = op.make_inputs(params, dtype, device, gen)
+
+        def references():
+            t_ref = time.perf_counter()
+            lo = tuple(r.detach() if isinstance(r, torch.Tensor) else r
+                       for r in _as_tuple(op.run_reference(inputs, params)))
+            hi_ = tuple(r.detach() if isinstance(r, torch.Tensor) else r for r in _as_tuple(
+                op.run_reference(tuple(_upcast(x, hi) for x in inputs), params)))
+            if device == "cuda":
+                torch.cuda.synchronize()
+            REF_SECONDS[0] += time.perf_counter() - t_ref
+            return lo, hi_
+
+        ref_lo, ref_hi = cache.get(key, t, references) if cache is not None else references()
         out_buf = op.make_out(inputs, params) if impl.accepts_out else None
         if out_buf is not None:
             out_buf.fill_(float("nan"))
@@ -130,12 +174,6 @@ def check(op: Op, impl: Impl, params: Params, dtype_name: str, device: str, *,
             torch.cuda.synchronize()
         out = tuple(o.detach().clone() if isinstance(o, torch.Tensor) else o
                     for o in _as_tuple(out))
-        t_ref = time.perf_counter()
-        ref_lo = _as_tuple(op.run_reference(inputs, params))
-        ref_hi = _as_tuple(op.run_reference(tuple(_upcast(x, hi) for x in inputs), params))
-        if device == "cuda":
-            torch.cuda.synchronize()
-        REF_SECONDS[0] += time.perf_counter() - t_ref
         figures, reason = compare(out, ref_hi, ref_lo, dtype, tol_factor)
         del inputs, out, ref_lo, ref_hi, out_buf
         if worst is None or _ratio(figures) >= _ratio(worst):

@@ -88,3 +88,38 @@ def test_every_registered_triton_impl_is_correct_on_the_smoke_sweep():
         res = check(op, op.get_impl(case.impl), Params(case.params_dict), case.dtype, "cpu",
                     trials=1)
         assert res.correct, (case.case_id, res.error)
+
+
+def test_reference_is_computed_once_per_shape_and_trial_and_shared_by_impls(monkeypatch):
+    from harness import correctness
+
+    calls = []
+    real = OP.run_reference
+    monkeypatch.setattr(OP, "run_reference", lambda inputs, p: calls.append(1) or real(inputs, p))
+    cache = correctness.ReferenceCache()
+    for impl in ("torch", "zeros", "torch"):
+        check(OP, OP.get_impl(impl), Params(N=64), "float32", "cpu", trials=2, seed=5,
+              cache=cache)
+    # 2 trials x (same-dtype + high-precision) references, once for all three implementations
+    assert len(calls) == 4 and cache.hits >= 3
+    # a new shape (or seed) computes afresh
+    check(OP, OP.get_impl("torch"), Params(N=65), "float32", "cpu", trials=2, seed=5,
+          cache=cache)
+    assert len(calls) == 8
+
+
+def test_cached_reference_still_fails_a_wrong_impl_and_ignores_input_writes():
+    from harness import correctness
+    from harness.registry import Impl
+
+    def clobber(x):  # writes into its input, then returns the right answer for the new values
+        x.mul_(0)
+        return x * 2
+
+    cache = correctness.ReferenceCache()
+    good = check(OP, OP.get_impl("torch"), Params(N=100), "float32", "cpu", seed=3, cache=cache)
+    bad = check(OP, Impl("clobber", "scale2", clobber, "torch"), Params(N=100), "float32", "cpu",
+                seed=3, cache=cache)
+    assert good.correct and not bad.correct and "max abs error" in bad.error
+    zeros = check(OP, OP.get_impl("zeros"), Params(N=100), "float32", "cpu", seed=3, cache=cache)
+    assert not zeros.correct
