@@ -3,9 +3,13 @@
 #   usage (device, repo root, after `source .devcarry/env.sh`):
 #     benchmarks/walltime.sh OUT_DIR LIMIT_S experiments/x.yaml [more run args]
 # Writes OUT_DIR/<name>.log (the run's output + `time`) and the store under OUT_DIR/store.
+# COLD=1: fresh Triton and Inductor caches for this run (what a first run on a new machine pays).
 set -uo pipefail
+if [ "${COLD:-0}" = 1 ]; then
+  export TRITON_CACHE_DIR=$(mktemp -d) TORCHINDUCTOR_CACHE_DIR=$(mktemp -d)
+fi
 out=$1; limit=$2; exp=$3; shift 3
-name=$(basename "$exp" .yaml)
+name=${NAME:-$(basename "$exp" .yaml)}
 mkdir -p "$out"
 start=$(date +%s%N)
 timeout "$limit" python3 -m harness run "$exp" --out "$out/store" "$@" > "$out/$name.log" 2>&1
