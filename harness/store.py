@@ -156,18 +156,32 @@ def driver_record() -> dict:
             "started": datetime.now(timezone.utc).isoformat()}
 
 
-def _pid_alive(pid: int) -> bool:
+def _pid_alive(pid: int, started: str | None = None) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # someone else's live process
         return True
-    cmdline = Path(f"/proc/{pid}/cmdline")
-    try:  # a recycled pid that is not a harness any more
-        return b"harness" in cmdline.read_bytes() if cmdline.exists() else True
-    except OSError:
-        return True
+    began = _process_start(pid)
+    if began is not None and started:  # a recycled pid: that process began after the driver
+        try:
+            return began <= datetime.fromisoformat(started).timestamp() + 2.0
+        except ValueError:
+            return True
+    return True
+
+
+def _process_start(pid: int) -> float | None:
+    """Unix time a process started (Linux /proc), None where that cannot be read."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])
+        btime = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                     if line.startswith("btime "))
+        return btime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 def effective_status(m: dict) -> str | None:
@@ -180,7 +194,7 @@ def effective_status(m: dict) -> str | None:
     drv = m.get("driver") or {}
     if status != "running" or not drv.get("pid") or drv.get("host") != socket.gethostname():
         return status
-    return "running" if _pid_alive(int(drv["pid"])) else "interrupted"
+    return "running" if _pid_alive(int(drv["pid"]), drv.get("started")) else "interrupted"
 
 
 def list_runs(*roots: str | Path) -> list[dict]:
