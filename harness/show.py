@@ -88,10 +88,7 @@ def render(run_dir: str | Path, console: Console) -> None:
     if ex.get("kind") in ("gpus", "ray"):
         console.print(f"[dim]executor {ex['kind']}: GPUs {ex.get('gpus') or '-'} on "
                       f"{', '.join(ex.get('hosts') or []) or '?'}[/]")
-    if m.get("pass_wall_s"):
-        from harness.runner import wall_line
 
-        console.print(f"[dim]{wall_line(m['pass_wall_s'])}[/]")
     fixed = constant_params(df)
     if fixed:
         console.print("[dim]every case: " + " ".join(f"{k}={_v(v)}" for k, v in fixed.items())
@@ -169,6 +166,10 @@ def render(run_dir: str | Path, console: Console) -> None:
             by_state.setdefault(str(state), []).append(name)
     for state, names in by_state.items():  # e.g. "ncu, nsys: skipped: no CUDA device ..."
         console.print(f"[dim]{', '.join(names)}: {state}[/]", soft_wrap=True)
+    if m.get("pass_wall_s"):
+        from harness.runner import wall_line
+
+        console.print(wall_line(m["pass_wall_s"]))
 
 
 def to_json(run_dir: str | Path) -> dict:
