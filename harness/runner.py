@@ -328,7 +328,7 @@ def start(exp_path: str, *, out_root: str, smoke: bool | None, cases_filter: str
         "experiment": exp.model_dump(mode="json"),
         "experiment_path": str(exp_path),
         "spec_hash": spec.spec_hash(exp),
-        "env": envmod.fingerprint(dev),
+        "env": _run_env(dev, executor),
         "device": dev,
         "smoke": use_smoke,
         "cases_filter": cases_filter,
@@ -348,6 +348,17 @@ def start(exp_path: str, *, out_root: str, smoke: bool | None, cases_filter: str
                   f"{_where(executor)}")
     _run(run_dir, console, executor)
     return run_dir
+
+
+def _run_env(dev: str, executor: Executor) -> dict:
+    """The fingerprint; with --gpus its GPU fields are those of the run's first GPU (which may
+    not be GPU 0), so `compare` checks the GPUs that actually ran the cases."""
+    env = envmod.fingerprint(dev)
+    first = (executor.describe().get("gpu_fingerprints") or {})
+    gpu = next(iter(first.values()), None) if first else None
+    if gpu:
+        env.update({k: v for k, v in gpu.items() if k in env})
+    return env
 
 
 def _where(executor: Executor) -> str:

@@ -313,3 +313,13 @@ def test_compare_and_verdicts_refuse_a_run_that_mixes_gpu_models(tmp_path):
     assert gpu_models(store.load_cases(run)) == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
     probs = mixed_gpu_problems(run, store.load_manifest(run))
     assert len(probs) == 1 and "mixes GPU models" in probs[0]
+
+
+def test_wall_line_and_run_env_of_the_first_gpu():
+    from harness.runner import _run_env, wall_line
+    assert wall_line({"total": 130.44, "nsys": 25.3, "check": 41.2, "time": 33.0,
+                      "ncu": 20.1}) == ("wall: check 41.2 s · time 33.0 s · ncu 20.1 s · "
+                                        "nsys 25.3 s · total 130.4 s")
+    gpu1 = {"gpu_name": "NVIDIA H200", "sm_clock_mhz": 1980.0, "gpu_temp_c": 41.0}
+    env = _run_env("cpu", GpuExecutor([1], {1: gpu1}))
+    assert env["gpu_name"] == "NVIDIA H200" and env["sm_clock_mhz"] == 1980.0
