@@ -323,3 +323,29 @@ def test_wall_line_and_run_env_of_the_first_gpu():
     gpu1 = {"gpu_name": "NVIDIA H200", "sm_clock_mhz": 1980.0, "gpu_temp_c": 41.0}
     env = _run_env("cpu", GpuExecutor([1], {1: gpu1}))
     assert env["gpu_name"] == "NVIDIA H200" and env["sm_clock_mhz"] == 1980.0
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_gpu_worker_and_the_run_resumes(tmp_path, test_ops, monkeypatch):
+    import _thread
+    import threading
+    from harness.executors.process import Interrupted
+    monkeypatch.setenv("HARNESS_TEST_SLOW_S", "0.5")
+    run, ids = _run_dir(tmp_path, ["slow"], n=(64, 100, 1000))
+    ex = GpuExecutor([0, 1])
+    fired = threading.Event()
+
+    def on_event(ev):  # Ctrl-C as soon as the first case is recorded
+        if ev["event"] == "done" and not fired.is_set():
+            fired.set()
+            _thread.interrupt_main()
+
+    with pytest.raises(Interrupted):
+        ex.measure(run, ids, {}, {c: 60.0 for c in ids}, "cpu", on_event)
+        time.sleep(30)  # the interrupt lands in the join loop or here
+    done = {r["case_id"] for r in store.read_parts(run, "check")}
+    assert 0 < len(done) < len(ids)
+    assert not [r for r in store.read_parts(run, "check") if r["status"] != "ok"]
+    monkeypatch.setenv("HARNESS_TEST_SLOW_S", "0.01")
+    ex.measure(run, ids, {}, {c: 60.0 for c in ids}, "cpu", lambda ev: None)
+    assert {r["case_id"] for r in store.read_parts(run, "time")} == set(ids)

@@ -172,10 +172,13 @@ def run_shard(run_dir: Path, case_ids: list[str], *, device: str, limits: dict[s
 
     restarts = 0
     rel_log = _rel(log_path, run_dir)
-    while any(todo(run_dir, p, case_ids) for p in MEASURE_PASSES):
-        before = sum(len(todo(run_dir, p, case_ids)) for p in MEASURE_PASSES)
+    while True:
+        left = {p: set(todo(run_dir, p, case_ids)) for p in MEASURE_PASSES}
+        before = sum(len(v) for v in left.values())
+        if not before:
+            return
         # the shard's own order, longest first, and only the cases still to do
-        pending = [c for c in case_ids if any(c in todo(run_dir, p, [c]) for p in MEASURE_PASSES)]
+        pending = [c for c in case_ids if any(c in v for v in left.values())]
         argv = worker_argv(run_dir, ",".join(MEASURE_PASSES), device, pending, shard=shard)
         rc, timed_out = stream(argv, env or worker_env(device, gpu), log_path, on_ev,
                                watchdog=expired)
