@@ -85,7 +85,8 @@ class Runner:
                 progress.advance(tasks[name])
 
         order, cost, limits = self.plan()
-        todo_ids = [c for c in order if any(c in self._todo(p) for p in MEASURE_PASSES)]
+        left = set().union(*(self._todo(p) for p in MEASURE_PASSES))
+        todo_ids = [c for c in order if c in left]
         if todo_ids:
             self.executor.measure(self.run_dir, todo_ids, cost, limits, self.device, on_event)
         # the check pass starts with the first worker (its start-up is part of the pass)
