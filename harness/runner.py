@@ -38,7 +38,8 @@ class Runner:
         self.console = console
         self.manifest = store.load_manifest(self.run_dir)
         self.executor = executor or from_manifest(self.manifest)
-        self.pass_wall: dict[str, float] = {}
+        # a resumed run keeps the walls of passes it does not redo; total is this invocation's
+        self.pass_wall: dict[str, float] = dict(self.manifest.get("pass_wall_s") or {})
         self.exp = spec.Experiment.model_validate(self.manifest["experiment"])
         self.op = get_op(self.exp.op)
         self.device = self.manifest["device"]
