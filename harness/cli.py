@@ -24,6 +24,10 @@ def _add_run(sub):
     p.add_argument("--out", default=DEFAULT_ROOT, help="store root (default: runs/)")
     p.add_argument("--device", choices=("cuda", "cpu"), default=None,
                    help="force a device (default: cuda when a GPU is present)")
+    p.add_argument("--gpus", default=None, metavar="all|N|0,2",
+                   help="one worker per GPU of this host; the cases are sharded over them")
+    p.add_argument("--ray", default=None, metavar="ADDRESS|local",
+                   help="run the cases as Ray tasks (pip install -e '.[ray]')")
 
 
 def _sigterm_as_interrupt(signum, frame):
@@ -44,11 +48,12 @@ def _cmd_run(a, console: Console) -> int:
                            "or --resume RUN")
     try:
         if a.resume:
-            run_dir = runner.resume(a.resume, out_root=a.out, console=console)
+            run_dir = runner.resume(a.resume, out_root=a.out, console=console, gpus=a.gpus,
+                                    ray=a.ray)
         else:
             run_dir = runner.start(a.experiment, out_root=a.out, smoke=a.smoke,
                                    cases_filter=a.cases, device=a.device, console=console,
-                                   argv=sys.argv[1:])
+                                   argv=sys.argv[1:], gpus=a.gpus, ray=a.ray)
     except Interrupted as exc:
         run_dir = exc.args[0] if exc.args else None
         console.print("[yellow]interrupted[/]: the partial run is stored; finish it with "

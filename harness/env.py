@@ -34,13 +34,14 @@ def _version(pkg: str) -> str | None:
         return None
 
 
-def query_gpus(timeout: float = 10.0) -> list[dict]:
-    """One dict per GPU from nvidia-smi; [] when there is no NVIDIA driver here."""
+def query_gpus(timeout: float = 10.0, index: int | None = None) -> list[dict]:
+    """One dict per GPU from nvidia-smi (only GPU `index` if given); [] without an NVIDIA
+    driver. nvidia-smi numbers GPUs like CUDA_VISIBLE_DEVICES does (PCI bus order)."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return []
     argv = [exe, "--query-gpu=" + ",".join(q for _, q in NVSMI_FIELDS),
-            "--format=csv,noheader,nounits"]
+            "--format=csv,noheader,nounits"] + (["-i", str(index)] if index is not None else [])
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired):

@@ -160,7 +160,7 @@ def correctness_table(df: pd.DataFrame) -> dict:
 
 def failures(df: pd.DataFrame) -> list[str]:
     return [f"`{r['case_id']}` ({r['status']}): {r['error']}" for r in df.to_dict("records")
-            if r["status"] in ("failed", "error", "skipped") and r.get("error")]
+            if r["status"] in ("failed", "error", "timeout", "skipped") and r.get("error")]
 
 
 def cases_table(df: pd.DataFrame, cpu: bool, primary: str, baseline: str) -> dict:

@@ -1,6 +1,7 @@
 """Parts (what workers appended) -> the store's tables, with derived throughput and speedups.
 
     status of a case: pending | ok | failed (incorrect) | error (raised/crashed) | skipped
+                      | timeout (killed by the watchdog; treated like error)
     speedup_vs_baseline = baseline median / case median, for cases of the same shape_id where
                           both are correct; NaN otherwise (failing cases never get a speedup)
 """
@@ -32,8 +33,8 @@ def _status(check: dict | None, timed: dict | None) -> tuple[str, str | None]:
     if not recs:
         return "pending", None
     for r in recs:  # an error in check makes time 'skipped': report the error
-        if r["status"] == "error":
-            return "error", r.get("error")
+        if r["status"] in ("error", "timeout"):
+            return r["status"], r.get("error")
     for r in recs:
         if r["status"] == "skipped":
             return "skipped", r.get("error")
@@ -74,13 +75,33 @@ def consolidate(run_dir, op: Op) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFra
                 row["tflops"] = fl / (med * 1e-3) / 1e12 if fl else None
                 row["gbps"] = by / (med * 1e-3) / 1e9 if by else None
         results.append(row)
-    cases = cases.assign(status=statuses, error=errors)
+    cases = cases.assign(status=statuses, error=errors, **_where(cases, checks, times))
     res = pd.DataFrame(results)
     res = _speedups(cases, res)
     store.write_table(run_dir, "cases", cases)
     store.write_table(run_dir, "results", res)
     store.write_table(run_dir, "samples", pd.DataFrame(samples, columns=store.SAMPLE_COLUMNS))
     return cases, store.load_results(run_dir), store.load_samples(run_dir)
+
+
+WHERE = ("gpu", "host", "gpu_name", "sm_clock_mhz", "gpu_temp_c")
+
+
+def _where(cases: pd.DataFrame, checks: dict, times: dict) -> dict[str, list]:
+    """Which GPU of which host ran each case (its timing, else its check), and that GPU's state."""
+    cols: dict[str, list] = {k: [] for k in WHERE}
+    for cid in cases.case_id:
+        rec = times.get(cid) or checks.get(cid) or {}
+        for k in WHERE:
+            cols[k].append(rec.get(k))
+    return cols
+
+
+def gpu_models(cases: pd.DataFrame) -> list[str]:
+    """The distinct GPU models that ran a run's cases ([] for CPU runs and old runs)."""
+    if "gpu_name" not in cases.columns:
+        return []
+    return sorted({str(v) for v in cases.gpu_name if isinstance(v, str) and v})
 
 
 def _speedups(cases: pd.DataFrame, res: pd.DataFrame) -> pd.DataFrame:

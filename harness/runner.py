@@ -8,15 +8,8 @@ Ctrl-C leaves a readable partial run (status `interrupted`); `harness run --resu
 from __future__ import annotations
 
 import fnmatch
-import json
-import os
-import queue
+import math
 import random
-import shlex
-import signal
-import subprocess
-import sys
-import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,105 +20,26 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from harness import env as envmod
 from harness import spec, store
 from harness.errors import HarnessError
+from harness.executors import Executor, make_executor
+from harness.executors.base import from_manifest
+from harness.executors.process import (Interrupted, describe_rc, stream, todo, worker_argv,
+                                       worker_env)
+from harness.executors.schedule import case_costs, case_timeout_s, longest_first
 from harness.registry import get_op
 from harness.results import cases_frame, consolidate
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 MEASURE_PASSES = ("check", "time")
-MAX_RESTARTS = 50
-
-
-class Interrupted(Exception):
-    pass
-
-
-def worker_env(device: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] +
-                                        ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    env["PYTHONUNBUFFERED"] = "1"
-    if device == "cpu":
-        env["TRITON_INTERPRET"] = "1"
-    return env
-
-
-def worker_argv(run_dir: Path, passes: str, device: str, cases: list[str] | None = None,
-                tag: str | None = None) -> list[str]:
-    argv = [sys.executable, "-m", "harness", "worker", "--run", str(Path(run_dir).resolve()),
-            "--passes", passes, "--device", device]
-    if cases:
-        argv += ["--cases", ",".join(cases)]
-    if tag:
-        argv += ["--tag", tag]
-    return argv
-
-
-def stream(argv: list[str], env: dict, log_path: Path, on_event, timeout: float | None = None):
-    """Run argv in its own process group; `@@harness` lines -> on_event, the rest -> log.
-
-    Returns (returncode, timed_out). Ctrl-C kills the group and raises Interrupted.
-    """
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "a") as log:
-        log.write(f"$ {shlex.join(argv)}\n")
-        log.flush()
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, bufsize=1, start_new_session=True)
-        lines: queue.Queue = queue.Queue()
-
-        def pump():
-            for line in proc.stdout:
-                lines.put(line)
-            lines.put(None)
-
-        threading.Thread(target=pump, daemon=True).start()
-        deadline = time.monotonic() + timeout if timeout else None
-        timed_out = False
-        try:
-            while True:
-                try:
-                    line = lines.get(timeout=0.2)
-                except queue.Empty:
-                    if deadline and time.monotonic() > deadline:
-                        timed_out = True
-                        _kill(proc)
-                        break
-                    continue
-                if line is None:
-                    break
-                if line.startswith("@@harness "):
-                    try:
-                        on_event(json.loads(line[len("@@harness "):]))
-                    except json.JSONDecodeError:
-                        log.write(line)
-                else:
-                    log.write(line)
-            rc = proc.wait()
-        except KeyboardInterrupt:
-            _kill(proc)
-            log.write("[interrupted by Ctrl-C]\n")
-            raise Interrupted() from None
-        log.write(f"[exit {rc}{' (timed out)' if timed_out else ''}]\n")
-    return rc, timed_out
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=10)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    proc.wait()
+PASS_ORDER = ("check", "time", "check+time", "ncu", "nsys", "torch_profiler")
 
 
 class Runner:
-    def __init__(self, run_dir: Path, console: Console):
+    def __init__(self, run_dir: Path, console: Console, executor: Executor | None = None):
         self.run_dir = Path(run_dir)
         self.console = console
         self.manifest = store.load_manifest(self.run_dir)
+        self.executor = executor or from_manifest(self.manifest)
+        # a resumed run keeps the walls of passes it does not redo; total is this invocation's
+        self.pass_wall: dict[str, float] = dict(self.manifest.get("pass_wall_s") or {})
         self.exp = spec.Experiment.model_validate(self.manifest["experiment"])
         self.op = get_op(self.exp.op)
         self.device = self.manifest["device"]
@@ -140,42 +54,49 @@ class Runner:
         return list(store.load_cases(self.run_dir).case_id)
 
     def _todo(self, pass_name: str) -> list[str]:
-        done = {r["case_id"] for r in store.read_parts(self.run_dir, pass_name)}
-        return [c for c in self._case_ids() if c not in done]
+        return todo(self.run_dir, pass_name, self._case_ids())
 
-    # -- measure passes (check, time) -----------------------------------------------------------
+    # -- measure passes (check, time), on the executor ---------------------------------------------
+    def plan(self) -> tuple[list[str], dict[str, float], dict[str, float]]:
+        """Cases longest first, their estimated cost (s) and their watchdog limits (s)."""
+        cases = store.load_cases(self.run_dir)
+        cost = case_costs(cases, self.op, self.exp.timing, self.device,
+                          previous_medians(self.run_dir), self.exp.correctness.trials)
+        limits = {c: case_timeout_s(v, self.exp.timing) for c, v in cost.items()}
+        return longest_first(list(cases.case_id), cost), cost, limits
+
     def measure(self, progress: Progress) -> None:
         tasks = {}
         for p in MEASURE_PASSES:
             total = len(self._case_ids())
             tasks[p] = progress.add_task(p, total=total, completed=total - len(self._todo(p)))
-        current: dict[str, str | None] = {"pass": None, "case": None}
+        span: dict[str, list[float]] = {}
+        t0 = time.monotonic()
 
         def on_event(ev):
+            name, now = ev.get("name"), time.monotonic()
+            if name not in tasks:
+                return
+            first = span.setdefault(name, [now, now])
+            first[1] = now
             if ev["event"] == "start":
-                current.update({"pass": ev["name"], "case": ev["case_id"]})
-                progress.update(tasks[ev["name"]], description=f"{ev['name']} {ev['case_id']}")
+                where = f" [gpu {ev['gpu']}]" if ev.get("gpu") is not None else ""
+                progress.update(tasks[name], description=f"{name}{where} {ev['case_id']}")
             elif ev["event"] == "done":
-                current.update({"pass": None, "case": None})
-                progress.advance(tasks[ev["name"]])
+                progress.advance(tasks[name])
 
-        restarts = 0
-        while any(self._todo(p) for p in MEASURE_PASSES):
-            before = sum(len(self._todo(p)) for p in MEASURE_PASSES)
-            argv = worker_argv(self.run_dir, ",".join(MEASURE_PASSES), self.device)
-            rc, _ = stream(argv, worker_env(self.device), self._log("measure"), on_event)
-            if rc != 0 and current["case"]:
-                store.append_part(self.run_dir, current["pass"], {
-                    "case_id": current["case"], "status": "error",
-                    "error": f"worker died ({_describe_rc(rc)}); log: "
-                             f"{self._log('measure').relative_to(self.run_dir)}"})
-                progress.advance(tasks[current["pass"]])
-                current.update({"pass": None, "case": None})
-            after = sum(len(self._todo(p)) for p in MEASURE_PASSES)
-            restarts += 1
-            if after == before or restarts > MAX_RESTARTS:
-                raise HarnessError(f"the worker makes no progress (exit {_describe_rc(rc)}); "
-                                   f"see {self._log('measure')}")
+        order, cost, limits = self.plan()
+        left = set().union(*(self._todo(p) for p in MEASURE_PASSES))
+        todo_ids = [c for c in order if c in left]
+        if todo_ids:
+            self.executor.measure(self.run_dir, todo_ids, cost, limits, self.device, on_event)
+        # the check pass starts with the first worker (its start-up is part of the pass)
+        if "check" in span:
+            span["check"][0] = t0
+        if self.executor.kind == "ray":  # a task does both passes of its cases: one number
+            self.pass_wall["check+time"] = round(time.monotonic() - t0, 2)
+        elif todo_ids:  # spans from the workers' events (with --gpus the spans overlap)
+            self.pass_wall.update({p: round(b - a, 2) for p, (a, b) in span.items()})
         for p in MEASURE_PASSES:
             progress.update(tasks[p], description=p)
             self._set_pass(p, "done")
@@ -226,11 +147,12 @@ class Runner:
                 per_case[ev["case_id"]] = round(time.monotonic() - began[ev["case_id"]], 2)
                 progress.advance(task)
 
-        env = {**worker_env(self.device), **prof.env()}
+        env = {**worker_env(self.device, self.executor.profiler_gpu()), **prof.env()}
         started = time.monotonic()
         log = out_dir / f"{prof_name}.log"
         rc, timed_out = stream(argv, env, log, on_event, timeout=options.timeout_s)
         wall = time.monotonic() - started
+        self.pass_wall[prof_name] = round(wall, 2)
         progress.update(task, description=prof_name)
         problem = _log_problem(prof_name, log.read_text(errors="replace"))
         if problem and "ERR_NVGPUCTRPERM" in problem:
@@ -240,7 +162,7 @@ class Runner:
         if timed_out:
             state = f"failed: timed out after {options.timeout_s:g} s (log: {log})"
         elif rc != 0:
-            state = f"failed: exit {_describe_rc(rc)}{': ' + problem if problem else ''} (log: {log})"
+            state = f"failed: exit {describe_rc(rc)}{': ' + problem if problem else ''} (log: {log})"
         try:
             if prof_name == "torch_profiler":
                 self._write_torch_profiler_kernels(out_dir)
@@ -274,6 +196,7 @@ class Runner:
 
     # -- the whole run ----------------------------------------------------------------------------
     def run(self) -> None:
+        t0 = time.monotonic()
         with Progress(TextColumn("{task.description:<60.60}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=self.console, transient=False) as progress:
             try:
@@ -282,9 +205,13 @@ class Runner:
                 self._profilers(progress)
             except Interrupted:
                 consolidate(self.run_dir, self.op)
-                store.update_manifest(self.run_dir, status="interrupted")
+                store.update_manifest(self.run_dir, status="interrupted",
+                                      executor=self.executor.describe())
                 raise
         self.finish()
+        self.pass_wall["total"] = round(time.monotonic() - t0, 2)
+        self.manifest = store.update_manifest(self.run_dir, pass_wall_s=self.pass_wall,
+                                              executor=self.executor.describe())
 
     def _profilers(self, progress: Progress) -> None:
         prof = self.exp.profile
@@ -293,6 +220,12 @@ class Runner:
                 if opts is not None and opts.enabled:
                     self._set_pass(name, "skipped: no CUDA device (ncu and nsys need an "
                                          "NVIDIA GPU)")
+            return
+        if self.executor.kind == "ray" and not envmod.cuda_device_present()[0]:
+            for name, opts in (("ncu", prof.ncu), ("nsys", prof.nsys)):
+                if opts is not None and opts.enabled:
+                    self._set_pass(name, "skipped: the Ray driver has no GPU (the profiler "
+                                         "passes run on the driver's first GPU)")
             return
         if prof.ncu is not None and prof.ncu.enabled and not self._done("ncu"):
             self.profile(progress, "ncu", prof.ncu)
@@ -328,13 +261,31 @@ class Runner:
                               finished_utc=datetime.now(timezone.utc).isoformat())
 
 
-def _describe_rc(rc: int) -> str:
-    if rc < 0:
+def wall_line(walls: dict[str, float]) -> str:
+    """`wall: check 41.2 s · time 33.0 s · ncu 20.1 s · nsys 25.3 s · total 130.4 s` (shown
+    by `show` at the end of a run; stored as the manifest's pass_wall_s)."""
+    keys = [k for k in PASS_ORDER if k in walls] + ["total"]
+    return "wall: " + " · ".join(f"{k} {walls[k]:.1f} s" for k in keys if k in walls)
+
+
+def previous_medians(run_dir: Path) -> dict[str, float]:
+    """case_id -> median ms in the latest other run of the same experiment under the same root
+    (the scheduler's best estimate of what a case costs); {} when there is none."""
+    m = store.load_manifest(run_dir)
+    name = (m.get("experiment") or {}).get("name")
+    for row in reversed(store.list_runs(Path(run_dir).parent)):
+        if row["run_id"] == Path(run_dir).name or row.get("error"):
+            continue
+        if row.get("experiment") != name or row.get("device") != m.get("device"):
+            continue
         try:
-            return f"signal {signal.Signals(-rc).name}"
-        except ValueError:
-            return f"signal {-rc}"
-    return str(rc)
+            res = store.load_results(row["path"])
+        except HarnessError:
+            continue
+        if "median_ms" in res.columns and len(res):
+            return {c: float(v) for c, v in zip(res.case_id, res.median_ms)
+                    if v is not None and math.isfinite(float(v))}
+    return {}
 
 
 def _log_problem(prof_name: str, text: str) -> str | None:
@@ -358,9 +309,16 @@ def detect_device(requested: str | None) -> tuple[str, str]:
 
 
 def start(exp_path: str, *, out_root: str, smoke: bool | None, cases_filter: str | None,
-          device: str | None, console: Console, argv: list[str]) -> Path:
+          device: str | None, console: Console, argv: list[str], gpus: str | None = None,
+          ray: str | None = None) -> Path:
     exp = spec.load(exp_path)  # SpecError before anything is written
-    dev, why = detect_device(device)
+    if ray and ray != "local" and device is None:
+        dev, why = "cuda", ""  # the cluster's GPUs, not the driver's, run the cases
+    elif gpus and device is None:
+        dev, why = "cuda", ""
+    else:
+        dev, why = detect_device(device)
+    executor = make_executor(gpus=gpus, ray=ray, device=dev)  # HarnessError: nothing written
     use_smoke = bool(smoke) or (dev == "cpu" and smoke is None and exp.smoke is not None)
     cases = spec.select(spec.expand(exp, smoke=use_smoke), cases_filter)
     if dev == "cpu":
@@ -372,7 +330,7 @@ def start(exp_path: str, *, out_root: str, smoke: bool | None, cases_filter: str
         "experiment": exp.model_dump(mode="json"),
         "experiment_path": str(exp_path),
         "spec_hash": spec.spec_hash(exp),
-        "env": envmod.fingerprint(dev),
+        "env": _run_env(dev, executor),
         "device": dev,
         "smoke": use_smoke,
         "cases_filter": cases_filter,
@@ -381,31 +339,68 @@ def start(exp_path: str, *, out_root: str, smoke: bool | None, cases_filter: str
         "passes": {},
         "command": ["python", "-m", "harness", *argv],
         "created_utc": datetime.now(timezone.utc).isoformat(),
+        "executor": executor.describe(),
+        "driver": store.driver_record(),
     }
     run_dir = store.create_run(out_root, exp.name, manifest)
     store.write_table(run_dir, "cases", cases_frame(cases))
     console.print(f"run [bold]{run_dir.name}[/]: {len(cases)} cases "
                   f"({len(exp.impl_names())} implementations x "
-                  f"{len(cases) // max(1, len(exp.impl_names()))} shapes) on {dev}")
-    _run(run_dir, console)
+                  f"{len(cases) // max(1, len(exp.impl_names()))} shapes) on {dev}"
+                  f"{_where(executor)}")
+    _run(run_dir, console, executor)
     return run_dir
 
 
-def _run(run_dir: Path, console: Console) -> None:
+def _run_env(dev: str, executor: Executor) -> dict:
+    """The fingerprint; with --gpus its GPU fields are those of the run's first GPU (which may
+    not be GPU 0), so `compare` checks the GPUs that actually ran the cases."""
+    env = envmod.fingerprint(dev)
+    first = (executor.describe().get("gpu_fingerprints") or {})
+    gpu = next(iter(first.values()), None) if first else None
+    if gpu:
+        env.update({k: v for k, v in gpu.items() if k in env})
+    return env
+
+
+def _where(executor: Executor) -> str:
+    d = executor.describe()
+    if d["kind"] == "gpus":
+        return f", GPUs {', '.join(str(g) for g in d['gpus'])} (one worker each)"
+    if d["kind"] == "ray":
+        return f", Ray tasks ({d.get('address')})"
+    return ""
+
+
+def _run(run_dir: Path, console: Console, executor: Executor | None = None) -> None:
     try:
-        Runner(run_dir, console).run()
+        Runner(run_dir, console, executor).run()
     except Interrupted:
         raise Interrupted(run_dir) from None
 
 
-def resume(ref: str, *, out_root: str, console: Console) -> Path:
+def resume(ref: str, *, out_root: str, console: Console, gpus: str | None = None,
+           ray: str | None = None) -> Path:
+    """Finish a stopped run with the executor it started with (or the one given now)."""
     run_dir = store.resolve_run(ref, out_root)
     m = store.load_manifest(run_dir)
-    if m.get("status") == "complete":
+    status = store.effective_status(m)
+    if status == "complete":
         console.print(f"run {run_dir.name} is already complete")
         return run_dir
-    dev, _ = detect_device(m["device"])
-    store.update_manifest(run_dir, status="running")
-    console.print(f"resuming run [bold]{run_dir.name}[/] on {dev}")
-    _run(run_dir, console)
+    if status == "running":
+        drv = m.get("driver") or {}
+        raise HarnessError(f"run {run_dir.name} is still running (pid {drv.get('pid')} on "
+                           f"{drv.get('host')}); stop it first or wait")
+    ex = m.get("executor") or {}
+    if ex.get("kind") == "ray" and not (gpus or ray):
+        dev = m["device"]
+    else:
+        dev, _ = detect_device(m["device"])
+    executor = make_executor(gpus=gpus, ray=ray, device=dev) if (gpus or ray) else \
+        from_manifest(m)
+    store.update_manifest(run_dir, status="running", driver=store.driver_record(),
+                          executor=executor.describe())
+    console.print(f"resuming run [bold]{run_dir.name}[/] on {dev}{_where(executor)}")
+    _run(run_dir, console, executor)
     return run_dir

@@ -14,7 +14,8 @@ from harness.spec import DTYPE_SHORT
 from harness.values import finite as _n
 
 MARK = {"ok": "[green]✓[/]", "failed": "[red]✗[/]", "error": "[red]error[/]",
-        "skipped": "[dim]skip[/]", "pending": "[dim]…[/]"}
+        "skipped": "[dim]skip[/]", "pending": "[dim]…[/]",
+        "timeout": "[red]timeout[/]"}
 
 
 
@@ -82,7 +83,12 @@ def render(run_dir: str | Path, console: Console) -> None:
     cpu = m.get("device") == "cpu"
     where = env.get("gpu_name") or f"CPU ({env.get('cpu') or 'unknown'})"
     console.print(f"[bold]{exp['name']}[/] · op {exp['op']} · {where} · run {m['run_id']} · "
-                  f"status [bold]{m.get('status')}[/]")
+                  f"status [bold]{store.effective_status(m)}[/]")
+    ex = m.get("executor") or {}
+    if ex.get("kind") in ("gpus", "ray"):
+        console.print(f"[dim]executor {ex['kind']}: GPUs {ex.get('gpus') or '-'} on "
+                      f"{', '.join(ex.get('hosts') or []) or '?'}[/]")
+
     fixed = constant_params(df)
     if fixed:
         console.print("[dim]every case: " + " ".join(f"{k}={_v(v)}" for k, v in fixed.items())
@@ -146,7 +152,7 @@ def render(run_dir: str | Path, console: Console) -> None:
             legend += "; speedup = baseline median / median (correct cases only)"
         console.print(f"[dim]{legend}[/]")
     for r in df.to_dict("records"):
-        if r["status"] in ("failed", "error", "skipped") and r.get("error"):
+        if r["status"] in ("failed", "error", "timeout", "skipped") and r.get("error"):
             console.print(f"[red]{r['status']}[/] {r['case_id']}: {r['error']}")
     for r in df.to_dict("records"):
         for fl in json.loads(r.get("flags") or "[]") if isinstance(r.get("flags"), str) else []:
@@ -160,6 +166,10 @@ def render(run_dir: str | Path, console: Console) -> None:
             by_state.setdefault(str(state), []).append(name)
     for state, names in by_state.items():  # e.g. "ncu, nsys: skipped: no CUDA device ..."
         console.print(f"[dim]{', '.join(names)}: {state}[/]", soft_wrap=True)
+    if m.get("pass_wall_s"):
+        from harness.runner import wall_line
+
+        console.print(wall_line(m["pass_wall_s"]))
 
 
 def to_json(run_dir: str | Path) -> dict:
@@ -181,6 +191,8 @@ def to_json(run_dir: str | Path) -> dict:
         r["flags"] = json.loads(r["flags"]) if isinstance(r.get("flags"), str) else []
         r["kernels"] = per_case.get(r["case_id"], [])
         cases.append(r)
-    return {"run_id": m["run_id"], "status": m.get("status"), "experiment": m["experiment"],
+    return {"run_id": m["run_id"], "status": store.effective_status(m),
+            "experiment": m["experiment"], "executor": m.get("executor"),
+            "pass_wall_s": m.get("pass_wall_s"),
             "env": m.get("env"), "device": m.get("device"), "passes": m.get("passes"),
             "cases": cases, "run_level_metrics": per_case.get("", [])}

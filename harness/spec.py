@@ -68,6 +68,8 @@ class TimingOptions(_Strict):
     max_rel_err: float = Field(0.005, gt=0, lt=1, description="stop early at this rel. std. error")
     host_overhead: Literal["hide", "include"] = Field(
         "hide", description="hide: events time device work only; include: idle gaps count")
+    case_timeout_s: float | None = Field(
+        None, gt=0, description="watchdog per (pass, case); default max(120 s, 4x estimate)")
 
 
 class CorrectnessOptions(_Strict):
@@ -165,8 +167,17 @@ def load(path: str | Path, *, registry=None) -> Experiment:
         raise SpecError(f"{path}: no such experiment file")
     if path.is_dir():
         raise SpecError(f"{path}: is a directory, expected an experiment .yaml file")
+    raw = path.read_bytes()
+    if b"\x00" in raw:
+        raise SpecError(f"{path}: not a text file (it contains NUL bytes); expected an "
+                        "experiment .yaml file")
     try:
-        data = yaml.safe_load(path.read_text())
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+                        f"{exc.start}); save the experiment file as UTF-8") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"

@@ -6,6 +6,7 @@
     <root>/<run_id>/samples.parquet    raw timing samples: case_id, i, ms
     <root>/<run_id>/metrics.parquet    long format: case_id, source, kernel, name, value, unit
     <root>/<run_id>/parts/<pass>.jsonl append-only records written by workers as they go
+                                       (<pass>.<shard>.jsonl: one file per concurrent worker)
     <root>/<run_id>/raw/               profilers' own files and logs
     <root>/.calibration/<gpu>.json     measured ceilings per GPU (harness calibrate)
 
@@ -147,6 +148,55 @@ def resolve_run(ref: str | Path, root: str | Path = "runs") -> Path:
                      f"under {root}/)")
 
 
+def driver_record() -> dict:
+    """Who runs this run: recorded at start so a reader can tell a SIGKILLed run from a live one."""
+    import socket
+
+    return {"pid": os.getpid(), "host": socket.gethostname(),
+            "started": datetime.now(timezone.utc).isoformat()}
+
+
+def _pid_alive(pid: int, started: str | None = None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    began = _process_start(pid)
+    if began is not None and started:  # a recycled pid: that process began after the driver
+        try:
+            return began <= datetime.fromisoformat(started).timestamp() + 2.0
+        except ValueError:
+            return True
+    return True
+
+
+def _process_start(pid: int) -> float | None:
+    """Unix time a process started (Linux /proc), None where that cannot be read."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])
+        btime = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                     if line.startswith("btime "))
+        return btime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def effective_status(m: dict) -> str | None:
+    """The manifest's status, except that a `running` run whose driver process is gone (killed
+    with SIGKILL, OOM, a power cut) is `interrupted` (resumable). Only a driver on this host can
+    be checked; a run driven from another host keeps its recorded status."""
+    import socket
+
+    status = m.get("status")
+    drv = m.get("driver") or {}
+    if status != "running" or not drv.get("pid") or drv.get("host") != socket.gethostname():
+        return status
+    return "running" if _pid_alive(int(drv["pid"]), drv.get("started")) else "interrupted"
+
+
 def list_runs(*roots: str | Path) -> list[dict]:
     """One row per run directory under the roots; unreadable runs come back with `error`."""
     rows = []
@@ -166,7 +216,7 @@ def list_runs(*roots: str | Path) -> list[dict]:
                     experiment=m.get("experiment", {}).get("name"),
                     op=m.get("experiment", {}).get("op"),
                     created=m.get("created_utc"),
-                    status=m.get("status"),
+                    status=effective_status(m),
                     gpu=(m.get("env") or {}).get("gpu_name"),
                     git_sha=(m.get("env") or {}).get("git_sha"),
                     git_dirty=(m.get("env") or {}).get("git_dirty"),
@@ -233,12 +283,21 @@ def load_metrics(run_dir) -> pd.DataFrame:
 
 # -- parts: durable per-pass records appended by workers ----------------------------------------
 
-def parts_path(run_dir: Path, pass_name: str) -> Path:
-    return Path(run_dir) / "parts" / f"{pass_name}.jsonl"
+def parts_path(run_dir: Path, pass_name: str, shard: str | None = None) -> Path:
+    """parts/<pass>.jsonl, or parts/<pass>.<shard>.jsonl for one of several concurrent writers
+    (each process appends only to its own file, so records of any size never interleave)."""
+    name = pass_name if shard is None else f"{pass_name}.{shard}"
+    return Path(run_dir) / "parts" / f"{name}.jsonl"
 
 
-def append_part(run_dir: Path, pass_name: str, record: dict) -> None:
-    path = parts_path(run_dir, pass_name)
+def _part_files(run_dir: Path, pass_name: str) -> list[Path]:
+    base = parts_path(run_dir, pass_name)
+    shards = sorted(base.parent.glob(f"{pass_name}.*.jsonl")) if base.parent.is_dir() else []
+    return ([base] if base.exists() else []) + [p for p in shards if p.exists()]
+
+
+def append_part(run_dir: Path, pass_name: str, record: dict, shard: str | None = None) -> None:
+    path = parts_path(run_dir, pass_name, shard)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps(record, default=_json_default) + "\n"
     with open(path, "a") as f:
@@ -256,23 +315,25 @@ def _json_default(o):
 
 
 def read_parts(run_dir: Path, pass_name: str) -> list[dict]:
-    """Records of one pass; the last record per case wins; a torn trailing line is skipped."""
-    path = parts_path(run_dir, pass_name)
-    if not path.exists():
-        return []
+    """Records of one pass over all its part files; the last record per case wins (a case is
+    in one shard at a time; files are read oldest first); a torn trailing line is skipped."""
     out: dict[str, dict] = {}
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        out[rec["case_id"]] = rec
+    files = sorted(_part_files(run_dir, pass_name), key=lambda p: p.stat().st_mtime_ns)
+    for path in files:
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(rec, dict) and "case_id" in rec:
+                out[rec["case_id"]] = rec
     return list(out.values())
 
 
 def clear_parts(run_dir: Path, pass_name: str) -> None:
     """Forget a pass's records (a profiler pass is redone whole: it makes one report)."""
-    parts_path(run_dir, pass_name).unlink(missing_ok=True)
+    for path in _part_files(run_dir, pass_name):
+        path.unlink(missing_ok=True)
 
 
 def raw_dir(run_dir: Path, *sub: str) -> Path:

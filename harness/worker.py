@@ -159,8 +159,30 @@ class Worker:
         return {"status": "ok", "kernels": kernels}
 
     # -- loop ----------------------------------------------------------------------------------
-    def run(self, passes: list[str], only: set[str] | None, tag: str | None = None) -> int:
-        """Do every (pass, case) without a record; records go to parts/<tag or pass>.jsonl."""
+    def where(self) -> dict:
+        """Which GPU of which host ran the case, and that GPU's state (name, clocks, temperature)
+        read with nvidia-smi (never with CUDA: the worker may be wrapped by ncu)."""
+        import socket
+
+        out = {"host": socket.gethostname(), "gpu": None}
+        gpu = os.environ.get("HARNESS_GPU")
+        if gpu is not None and gpu.isdigit():
+            out["gpu"] = int(gpu)
+        if self.device == "cuda":
+            from harness.env import query_gpus
+
+            rows = query_gpus(index=out["gpu"] if out["gpu"] is not None else 0)
+            if rows:
+                out.update({"gpu_name": rows[0].get("gpu_name"),
+                            "sm_clock_mhz": rows[0].get("sm_clock_mhz"),
+                            "mem_clock_mhz": rows[0].get("mem_clock_mhz"),
+                            "gpu_temp_c": rows[0].get("gpu_temp_c")})
+        return out
+
+    def run(self, passes: list[str], only: set[str] | None, tag: str | None = None,
+            shard: str | None = None) -> int:
+        """Do every (pass, case) without a record; records go to parts/<tag or pass>.jsonl
+        (parts/<pass>.<shard>.jsonl when several workers run at once)."""
         from harness import store
 
         for pass_name in passes:
@@ -168,13 +190,18 @@ class Worker:
             done = {r["case_id"]: r for r in store.read_parts(self.run_dir, part)}
             check_parts = {r["case_id"]: r for r in store.read_parts(self.run_dir, "check")}
             todo = [c for c in self.cases if c[0] not in done and (only is None or c[0] in only)]
+            if only is not None:  # the order the scheduler gave (longest first)
+                rank = {c: i for i, c in enumerate(only)}
+                todo.sort(key=lambda c: rank.get(c[0], 0))
             emit("pass", name=part, total=len(todo))
             for case_id, impl_name, params, dtype in todo:
                 emit("start", name=part, case_id=case_id)
                 began = time.perf_counter()
                 rec = self._one(pass_name, case_id, impl_name, params, dtype, check_parts)
                 rec["wall_s"] = round(time.perf_counter() - began, 3)
-                store.append_part(self.run_dir, part, {"case_id": case_id, **rec})
+                if pass_name in ("check", "time"):
+                    rec.update(self.where())
+                store.append_part(self.run_dir, part, {"case_id": case_id, **rec}, shard=shard)
                 emit("done", name=part, case_id=case_id, status=rec["status"])
                 if rec.get("context_dead"):
                     return EXIT_CONTEXT_DEAD
@@ -186,7 +213,7 @@ class Worker:
         if reason:
             return {"status": "skipped", "error": reason}
         prior = check_parts.get(case_id)
-        if pass_name != "check" and prior and prior["status"] in ("error", "skipped"):
+        if pass_name != "check" and prior and prior["status"] in ("error", "skipped", "timeout"):
             return {"status": "skipped", "error": f"check: {prior.get('error')}"}
         handler = getattr(self, f"do_{pass_name}")
         try:
@@ -225,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", default=None, help="comma-separated case ids")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--tag", default=None, help="record as parts/<tag>.jsonl (one pass only)")
+    ap.add_argument("--shard", default=None, help="record as parts/<pass>.<shard>.jsonl")
     a = ap.parse_args(argv)
     passes = [p for p in a.passes.split(",") if p]
     if a.tag and len(passes) != 1:
@@ -236,6 +264,6 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if a.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    only = set(a.cases.split(",")) if a.cases else None
+    only = list(dict.fromkeys(a.cases.split(","))) if a.cases else None
     w = Worker(Path(a.run), a.device)
-    return w.run(passes, only, a.tag)
+    return w.run(passes, only, a.tag, a.shard)

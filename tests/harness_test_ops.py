@@ -82,3 +82,9 @@ def slow(x):
          unavailable=lambda p, dtype, device: None if device == "cuda" else "needs a CUDA device")
 def gpu_only(x):
     return x * 2
+
+
+@op.impl("hang", backend="torch")
+def hang(x):
+    while True:  # a deadlocked kernel: never returns (the watchdog must kill it)
+        time.sleep(1)

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install -q torch==2.13.0
-python -m pip install -q -e '.[test]'
+python -m pip install -q -e '.[test,ray]'   # ray: the --ray local smoke test
 if ! command -v chromium >/dev/null 2>&1; then   # Debian's chromium for the dashboard e2e test
   if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null
   else sudo apt-get update -qq && sudo apt-get install -y -qq chromium >/dev/null; fi

@@ -229,12 +229,22 @@ def metric_deltas(key: str, impl: str, base: dict, cand: dict) -> list[dict]:
     return rows
 
 
+def mixed_gpu_problems(run_dir: Path, m: dict) -> list[str]:
+    """A run whose cases ran on different GPU models (a Ray cluster, hand-merged parts)."""
+    from harness.results import gpu_models
+
+    models = gpu_models(store.load_cases(run_dir))
+    return [f"run {m['run_id']} mixes GPU models ({', '.join(models)})"] if len(models) > 1 \
+        else []
+
+
 def compare_runs(base_dir, cand_dir, *, allow_incomparable: bool = False, noise: float = 0.02,
                  alpha: float = 0.01) -> Comparison:
     """Pair the cases of two stored runs and compare their samples and profiler metrics."""
     base_dir, cand_dir = Path(base_dir), Path(cand_dir)
     mb, mc = store.load_manifest(base_dir), store.load_manifest(cand_dir)
     problems = env_problems(mb.get("env") or {}, mc.get("env") or {})
+    problems += mixed_gpu_problems(base_dir, mb) + mixed_gpu_problems(cand_dir, mc)
     if problems and not allow_incomparable:
         raise HarnessError(f"runs {mb['run_id']} and {mc['run_id']} are not comparable: "
                            f"{'; '.join(problems)} (--allow-incomparable to compare anyway)")

@@ -61,6 +61,10 @@ def annotate(run_dir: str | Path, op: Op) -> pd.DataFrame:
     res = store.load_results(run_dir)
     by_case = {r["case_id"]: r for r in view.to_dict("records")}
     flags, bounds, pcts, verdicts = [], [], [], []
+    from harness.results import gpu_models
+
+    models = gpu_models(store.load_cases(run_dir))
+    mixed = len(models) > 1  # no verdict from a run whose cases ran on different GPU models
     for case_id in res.case_id:
         row = by_case.get(case_id, {})
         params = Params(row.get("params") or {})
@@ -69,6 +73,8 @@ def annotate(run_dir: str | Path, op: Op) -> pd.DataFrame:
         expected = int(expected) if expected is not None else None
         f = flags_for(row, expected, env, profiled) if row.get("status") in ("ok", "failed") \
             else []
+        if mixed:
+            f.append(f"gpus: the run mixes GPU models ({', '.join(models)}); no verdict")
         flags.append(json.dumps(f))
         med = _num(row.get("median_ms"))
         place = None
@@ -79,7 +85,8 @@ def annotate(run_dir: str | Path, op: Op) -> pd.DataFrame:
         bounds.append(place.bound if place else None)
         pcts.append(place.pct_of_roof * 100 if place else None)
         has_facts = place is not None or _num(row.get("ncu_duration_us")) is not None
-        verdicts.append(verdict(place, row) if has_facts and row.get("status") == "ok" else None)
+        verdicts.append(verdict(place, row) if has_facts and row.get("status") == "ok"
+                        and not mixed else None)
     res = res.assign(flags=flags, bound=bounds, pct_of_roof=pcts, verdict=verdicts)
     store.write_table(run_dir, "results", res)
     return res

@@ -1,0 +1,214 @@
+"""Worker processes: argv and environment, streaming their events, and the per-case watchdog.
+
+`stream` runs one process in its own process group and feeds its `@@harness` lines to a
+callback; `run_shard` drives the check + time passes of a list of cases through as many worker
+processes as it takes: a worker that dies costs the case in flight (`error`), a case that
+outlives its watchdog limit costs itself (`timeout`), and a new worker carries on from the
+next case. The local, per-GPU and Ray executors all run shards through `run_shard`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from harness import store
+from harness.errors import HarnessError
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
+MEASURE_PASSES = ("check", "time")
+MAX_RESTARTS = 50
+
+
+class Interrupted(Exception):
+    pass
+
+
+def worker_env(device: str, gpu: int | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] +
+                                        ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["PYTHONUNBUFFERED"] = "1"
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    if gpu is not None:  # the worker sees exactly one GPU, and records which one it was
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # the numbering nvidia-smi uses
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        env["HARNESS_GPU"] = str(gpu)
+    return env
+
+
+def worker_argv(run_dir: Path, passes: str, device: str, cases: list[str] | None = None,
+                tag: str | None = None, shard: str | None = None) -> list[str]:
+    argv = [sys.executable, "-m", "harness", "worker", "--run", str(Path(run_dir).resolve()),
+            "--passes", passes, "--device", device]
+    if cases:
+        argv += ["--cases", ",".join(cases)]
+    if tag:
+        argv += ["--tag", tag]
+    if shard is not None:
+        argv += ["--shard", str(shard)]
+    return argv
+
+
+def stream(argv: list[str], env: dict, log_path: Path, on_event, timeout: float | None = None,
+           watchdog: Callable[[], bool] | None = None):
+    """Run argv in its own process group; `@@harness` lines -> on_event, the rest -> log.
+
+    `timeout` bounds the whole process; `watchdog()` is polled a few times a second and kills
+    the group when it returns True. Returns (returncode, timed_out). Ctrl-C kills the group
+    and raises Interrupted.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "a") as log:
+        log.write(f"$ {shlex.join(argv)}\n")
+        log.flush()
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, bufsize=1, start_new_session=True,
+                                errors="replace")
+        lines: queue.Queue = queue.Queue()
+
+        def pump():
+            for line in proc.stdout:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        deadline = time.monotonic() + timeout if timeout else None
+        timed_out = False
+        try:
+            while True:
+                try:
+                    line = lines.get(timeout=0.2)
+                except queue.Empty:
+                    if (deadline and time.monotonic() > deadline) or (watchdog and watchdog()):
+                        timed_out = True
+                        kill_group(proc)
+                        break
+                    continue
+                if line is None:
+                    break
+                if line.startswith("@@harness "):
+                    try:
+                        on_event(json.loads(line[len("@@harness "):]))
+                    except json.JSONDecodeError:
+                        log.write(line)
+                else:
+                    log.write(line)
+                if watchdog and watchdog():
+                    timed_out = True
+                    kill_group(proc)
+                    break
+            rc = proc.wait()
+        except KeyboardInterrupt:
+            kill_group(proc)
+            log.write("[interrupted by Ctrl-C]\n")
+            raise Interrupted() from None
+        log.write(f"[exit {rc}{' (timed out)' if timed_out else ''}]\n")
+    return rc, timed_out
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=5)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
+def describe_rc(rc: int) -> str:
+    if rc < 0:
+        try:
+            return f"signal {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"signal {-rc}"
+    return str(rc)
+
+
+def todo(run_dir: Path, pass_name: str, case_ids: list[str]) -> list[str]:
+    done = {r["case_id"] for r in store.read_parts(run_dir, pass_name)}
+    return [c for c in case_ids if c not in done]
+
+
+def run_shard(run_dir: Path, case_ids: list[str], *, device: str, limits: dict[str, float],
+              log_path: Path, on_event: Callable[[dict], None], gpu: int | None = None,
+              shard: str | None = None, env: dict | None = None,
+              stop: threading.Event | None = None) -> None:
+    """Check + time `case_ids` (in this order) until each (pass, case) has a record.
+
+    `limits[case_id]` is the watchdog limit in seconds of one (pass, case); on expiry the
+    worker's process group is killed and the case is recorded as `timeout`. Records of this
+    shard go to parts/<pass>.<shard>.jsonl (parts/<pass>.jsonl without a shard). Setting
+    `stop` (Ctrl-C seen by another thread) kills the worker and raises Interrupted.
+    """
+    current: dict = {"pass": None, "case": None, "since": None}
+    host = socket.gethostname()
+
+    def on_ev(ev):
+        if ev["event"] == "start":
+            current.update({"pass": ev["name"], "case": ev["case_id"], "since": time.monotonic()})
+        elif ev["event"] == "done":
+            current.update({"pass": None, "case": None, "since": None})
+        on_event({**ev, "gpu": gpu})
+
+    def expired() -> bool:
+        if stop is not None and stop.is_set():
+            return True
+        c = current["case"]
+        return bool(c and time.monotonic() - current["since"] > limits.get(c, float("inf")))
+
+    restarts = 0
+    rel_log = _rel(log_path, run_dir)
+    while True:
+        left = {p: set(todo(run_dir, p, case_ids)) for p in MEASURE_PASSES}
+        before = sum(len(v) for v in left.values())
+        if not before:
+            return
+        # the shard's own order, longest first, and only the cases still to do
+        pending = [c for c in case_ids if any(c in v for v in left.values())]
+        argv = worker_argv(run_dir, ",".join(MEASURE_PASSES), device, pending, shard=shard)
+        rc, timed_out = stream(argv, env or worker_env(device, gpu), log_path, on_ev,
+                               watchdog=expired)
+        if stop is not None and stop.is_set():
+            raise Interrupted()
+        if current["case"] and (timed_out or rc != 0):
+            pass_name, case_id = current["pass"], current["case"]
+            if timed_out:
+                limit = limits.get(case_id)
+                err = (f"timed out after {limit:g} s (watchdog; timing.case_timeout_s); "
+                       f"log: {rel_log}")
+                status = "timeout"
+            else:
+                err = f"worker died ({describe_rc(rc)}); log: {rel_log}"
+                status = "error"
+            store.append_part(run_dir, pass_name, {"case_id": case_id, "status": status,
+                                                   "error": err, "gpu": gpu, "host": host},
+                              shard=shard)
+            on_event({"event": "done", "name": pass_name, "case_id": case_id, "status": status,
+                      "gpu": gpu})
+            current.update({"pass": None, "case": None, "since": None})
+        after = sum(len(todo(run_dir, p, case_ids)) for p in MEASURE_PASSES)
+        restarts += 1
+        if after == before or restarts > MAX_RESTARTS:
+            raise HarnessError(f"the worker makes no progress (exit {describe_rc(rc)}); "
+                               f"see {log_path}")
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(Path(path).relative_to(root))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,118 @@
+"""Pure scheduling: which GPUs, how long each case should take, which shard does which case.
+
+Nothing here starts a process or touches a device, so every rule is unit-tested on the CPU:
+
+    parse_gpus("all" | "N" | "0,2", present)   -> the GPU indices a run uses (HarnessError if
+                                                  fewer are present than asked)
+    estimate_s(case, op, timing, device, prev) -> expected seconds of one (check + time) case
+    shard(case_ids, cost, n)                   -> n lists, longest first, greedy onto the least
+                                                  loaded shard (LPT: within 4/3 of optimal)
+    case_timeout_s(est, timing)                -> the watchdog limit of one (pass, case)
+"""
+from __future__ import annotations
+
+import json
+import math
+
+from harness.errors import HarnessError
+
+# Rough device rates for a first estimate when no previous run of the case is known; only the
+# ORDER of cases matters for longest-first, and the watchdog's floor dwarfs these numbers.
+EST_BYTES_PER_S = {"cuda": 1.0e12, "cpu": 2.0e8}   # the interpreter is ~1000x slower
+EST_FLOPS_PER_S = {"cuda": 5.0e13, "cpu": 1.0e9}
+WATCHDOG_FLOOR_S = 120.0    # first-call compilation / autotune can take tens of seconds
+WATCHDOG_FACTOR = 4.0
+
+
+def parse_gpus(requested: str, present: list[dict]) -> list[int]:
+    """`--gpus all|N|i,j,...` against the GPUs nvidia-smi lists (`present`, in index order)."""
+    text = str(requested).strip()
+    n = len(present)
+    if n == 0:
+        raise HarnessError(f"--gpus {text}: no NVIDIA GPU on this host (nvidia-smi lists none); "
+                           "drop --gpus to run on the CPU")
+    if text == "all":
+        idx = list(range(n))
+    elif text.isdigit():
+        want = int(text)
+        if want < 1:
+            raise HarnessError(f"--gpus {text}: give a count >= 1, 'all' or indices like 0,2")
+        if want > n:
+            raise HarnessError(f"--gpus {text}: this host has {n} GPU{'s' * (n != 1)}")
+        idx = list(range(want))
+    else:
+        try:
+            idx = [int(x) for x in text.split(",") if x.strip() != ""]
+        except ValueError:
+            raise HarnessError(f"--gpus {text!r}: expected 'all', a count or indices like "
+                               "0,2") from None
+        bad = [i for i in idx if i < 0 or i >= n]
+        if bad or not idx:
+            raise HarnessError(f"--gpus {text}: no GPU {bad[0] if bad else ''} on this host "
+                               f"(indices 0..{n - 1})")
+        if len(set(idx)) != len(idx):
+            raise HarnessError(f"--gpus {text}: an index is repeated (one worker per GPU)")
+    models = {present[i].get("gpu_name") for i in idx}
+    if len(models) > 1:
+        raise HarnessError(f"--gpus {text}: the GPUs are of different models "
+                           f"({', '.join(sorted(str(m) for m in models))}); one run times one "
+                           "model: run once per model (e.g. --gpus 0,1 then --gpus 2,3)")
+    return idx
+
+
+def estimate_s(params: dict, dtype: str, op, timing, device: str,
+               prev_median_ms: float | None = None, trials: int = 2) -> float:
+    """Expected seconds for one case's check + time passes (ordering and watchdog default).
+
+    A previous run's median wins over the analytic FLOP/byte estimate."""
+    from harness.registry import Params
+    from harness.results import ITEMSIZE
+
+    if prev_median_ms is not None and math.isfinite(prev_median_ms) and prev_median_ms > 0:
+        call_s = prev_median_ms / 1e3
+    else:
+        p = Params(params)
+        try:
+            by = op.byte_count(p, ITEMSIZE.get(dtype, 4)) or 0.0
+            fl = op.flop_count(p) or 0.0
+        except Exception:  # an op without counts for this case: order it last, not fail
+            by = fl = 0.0
+        call_s = max(by / EST_BYTES_PER_S[device], fl / EST_FLOPS_PER_S[device])
+    budget_s = (timing.warmup_ms + timing.rep_ms) / 1e3
+    return budget_s + (timing.min_samples + trials + 5) * call_s
+
+
+def case_timeout_s(est_s: float, timing) -> float:
+    """The watchdog limit of one (pass, case): the YAML's, else generous over the estimate."""
+    own = getattr(timing, "case_timeout_s", None)
+    if own:
+        return float(own)
+    return max(WATCHDOG_FLOOR_S, WATCHDOG_FACTOR * est_s)
+
+
+def longest_first(case_ids: list[str], cost: dict[str, float]) -> list[str]:
+    """Stable: equal costs keep the experiment's order."""
+    order = {c: i for i, c in enumerate(case_ids)}
+    return sorted(case_ids, key=lambda c: (-cost.get(c, 0.0), order[c]))
+
+
+def shard(case_ids: list[str], cost: dict[str, float], n: int) -> list[list[str]]:
+    """Longest-first greedy assignment onto n shards (each shard keeps longest-first order)."""
+    if n < 1:
+        raise ValueError("n must be >= 1")
+    shards: list[list[str]] = [[] for _ in range(n)]
+    load = [0.0] * n
+    for c in longest_first(case_ids, cost):
+        k = min(range(n), key=lambda i: (load[i], len(shards[i]), i))
+        shards[k].append(c)
+        load[k] += cost.get(c, 0.0)
+    return shards
+
+
+def case_costs(cases, op, timing, device: str, prev: dict[str, float] | None = None,
+               trials: int = 2) -> dict[str, float]:
+    """estimate_s for every row of a cases frame; `prev` maps case_id -> previous median ms."""
+    prev = prev or {}
+    return {r.case_id: estimate_s(json.loads(r.params), r.dtype, op, timing, device,
+                                  prev.get(r.case_id), trials)
+            for r in cases.itertuples()}

@@ -1,0 +1,351 @@
+"""Executors on the CPU: sharding with fake GPUs, the watchdog, SIGKILLed runs, --gpus/--ray.
+
+The per-GPU executor is exercised with fake device indices: its workers run on the CPU (the
+pinning env var is harmless there), which tests everything but the GPU itself.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from rich.console import Console
+
+from harness import spec, store
+from harness.errors import HarnessError
+from harness.executors import make_executor
+from harness.executors.gpus import GpuExecutor
+from harness.executors.schedule import (case_timeout_s, estimate_s, longest_first, parse_gpus,
+                                        shard)
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
+       "HARNESS_OPS": "harness_test_ops", "COLUMNS": "200"}
+H200 = {"gpu_name": "NVIDIA H200"}
+
+
+def harness(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, env=ENV,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+# -- schedule (pure) -----------------------------------------------------------------------------
+
+def test_parse_gpus_all_count_and_indices():
+    present = [H200] * 4
+    assert parse_gpus("all", present) == [0, 1, 2, 3]
+    assert parse_gpus("2", present) == [0, 1]
+    assert parse_gpus("0,2", present) == [0, 2]
+
+
+@pytest.mark.parametrize("req,present,msg", [
+    ("2", [], "no NVIDIA GPU on this host"),
+    ("all", [], "no NVIDIA GPU on this host"),
+    ("3", [H200, H200], "this host has 2 GPUs"),
+    ("0,5", [H200, H200], "no GPU 5 on this host"),
+    ("0,0", [H200, H200], "repeated"),
+    ("x", [H200], "expected 'all', a count or indices"),
+    ("0,1", [H200, {"gpu_name": "NVIDIA H100"}], "different models"),
+])
+def test_parse_gpus_refuses_with_one_line(req, present, msg):
+    with pytest.raises(HarnessError) as e:
+        parse_gpus(req, present)
+    assert msg in str(e.value) and "\n" not in str(e.value)
+
+
+def test_longest_first_assignment_balances_and_keeps_order_for_ties():
+    cost = {"a": 1, "b": 10, "c": 3, "d": 3, "e": 9, "f": 2}
+    ids = list(cost)
+    assert longest_first(ids, cost) == ["b", "e", "c", "d", "f", "a"]
+    shards = shard(ids, cost, 2)
+    assert sorted(sum(shards, [])) == sorted(ids)           # every case exactly once
+    assert shards == [["b", "d", "a"], ["e", "c", "f"]]       # loads 14 and 14
+    for s in shards:                                         # each shard longest first
+        assert [cost[c] for c in s] == sorted((cost[c] for c in s), reverse=True)
+    assert shard(ids, cost, 10)[6:] == [[], [], [], []]     # more GPUs than cases
+    # one long case does not become the tail: it starts first, alone on its GPU
+    cost = {"long": 100, **{f"s{i}": 1 for i in range(10)}}
+    s = shard(list(cost), cost, 2)
+    assert s[0] == ["long"] and len(s[1]) == 10
+
+
+def _timing(**kw):
+    return spec.TimingOptions(**kw)
+
+
+def test_estimate_prefers_previous_times_and_orders_by_size():
+    from harness.registry import registry
+    op = registry().get_op("softmax")
+    t = _timing(warmup_ms=25, rep_ms=200)
+    small = estimate_s({"M": 64, "N": 64}, "float16", op, t, "cuda")
+    big = estimate_s({"M": 8192, "N": 8192}, "float16", op, t, "cuda")
+    assert big > small > 0.2
+    assert estimate_s({"M": 64, "N": 64}, "float16", op, t, "cuda", prev_median_ms=1000.0) > 10
+
+
+def test_watchdog_limit_is_generous_and_overridable():
+    assert case_timeout_s(1.0, _timing()) == 120.0          # never kill a slow first compile
+    assert case_timeout_s(100.0, _timing()) == 400.0
+    assert case_timeout_s(100.0, _timing(case_timeout_s=2.5)) == 2.5
+    with pytest.raises(HarnessError):
+        spec.from_dict({"name": "x", "op": "softmax", "baseline": "torch",
+                        "cases": [{"M": 1, "N": 8}], "timing": {"case_timeout_s": 0}})
+
+
+def test_make_executor_gpus_on_a_gpu_less_machine_and_both_flags():
+    with pytest.raises(HarnessError, match="no NVIDIA GPU"):
+        make_executor(gpus="2", device="cuda", present=[])
+    with pytest.raises(HarnessError, match="not both"):
+        make_executor(gpus="2", ray="local")
+    ex = make_executor(gpus="0,2", device="cuda", present=[H200] * 3)
+    assert isinstance(ex, GpuExecutor) and ex.gpus == [0, 2]
+    d = ex.describe()
+    assert d["kind"] == "gpus" and d["gpus"] == [0, 2] and d["gpu_fingerprints"]["2"] == H200
+
+
+# -- the per-GPU executor with fake devices, real CPU workers -------------------------------------
+
+def _run_dir(tmp_path, impls, n=(64, 1000), extra=""):
+    from harness.results import cases_frame
+    exp = spec.from_dict({
+        "name": "selftest", "op": "scale2", "baseline": "torch", "candidates": impls,
+        "sweep": {"N": list(n)}, "dtypes": ["float32"],
+        "timing": {"rep_ms": 10, "min_samples": 3, **(extra or {})}})
+    cases = spec.expand(exp)
+    m = {"experiment": exp.model_dump(mode="json"), "device": "cpu", "seed": 1,
+         "status": "running", "passes": {}, "env": {"device": "cpu"}}
+    run = store.create_run(tmp_path, "selftest", m)
+    store.write_table(run, "cases", cases_frame(cases))
+    return run, [c.case_id for c in cases]
+
+
+@pytest.fixture
+def test_ops(monkeypatch):
+    monkeypatch.setenv("HARNESS_OPS", "harness_test_ops")
+    monkeypatch.setenv("PYTHONPATH", f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
+    monkeypatch.syspath_prepend(str(ROOT / "tests"))
+    import harness.registry as reg
+    monkeypatch.setattr(reg, "_REGISTRY", None)  # rediscovered with the test op
+    yield
+
+
+@pytest.mark.slow
+def test_gpus_executor_shards_records_gpu_and_survives_a_killed_and_a_hung_worker(tmp_path,
+                                                                                 test_ops):
+    from harness.registry import registry
+    from harness.results import consolidate
+    run, ids = _run_dir(tmp_path, ["segfault", "hang"], extra={"case_timeout_s": 3})
+    cost = {c: (10.0 if c.startswith(("segfault", "hang")) else 1.0) for c in ids}
+    ex = GpuExecutor([0, 1], {0: H200, 1: H200})
+    plan = ex.plan(ids, cost)
+    assert sorted(plan[0] + plan[1]) == sorted(ids) and plan[0] and plan[1]
+    events = []
+    limits = {c: 3.0 for c in ids}
+    t0 = time.monotonic()
+    ex.measure(run, longest_first(ids, cost), cost, limits, "cpu", events.append)
+    assert time.monotonic() - t0 < 120
+    cases, _, _ = consolidate(run, registry().get_op("scale2"))
+    st = dict(zip(cases.case_id, cases.status))
+    assert st["torch.N=64.float32"] == st["torch.N=1000.float32"] == "ok"
+    assert st["segfault.N=64.float32"] == "error" and st["hang.N=1000.float32"] == "timeout"
+    err = dict(zip(cases.case_id, cases.error))["hang.N=64.float32"]
+    assert err.startswith("timed out after 3 s (watchdog; timing.case_timeout_s)")
+    gpu = dict(zip(cases.case_id, cases.gpu))
+    for g, shard_ids in plan.items():  # each case ran on the GPU its shard was given
+        assert all(gpu[c] == g for c in shard_ids), (g, shard_ids, gpu)
+    parts = sorted(p.name for p in (run / "parts").iterdir())
+    assert parts == ["check.gpu0.jsonl", "check.gpu1.jsonl", "time.gpu0.jsonl",
+                     "time.gpu1.jsonl"]
+    assert all(h for h in cases.host)
+    # resume: nothing left to do, nothing redone
+    before = {p: (run / "parts" / p).read_text() for p in parts}
+    ex.measure(run, ids, cost, limits, "cpu", events.append)
+    assert before == {p: (run / "parts" / p).read_text() for p in parts}
+
+
+@pytest.mark.slow
+def test_resume_with_gpus_finishes_only_what_is_missing(tmp_path, test_ops):
+    run, ids = _run_dir(tmp_path, ["zeros"])
+    store.append_part(run, "check", {"case_id": ids[0], "status": "ok", "correct": True})
+    store.append_part(run, "time", {"case_id": ids[0], "status": "ok", "samples": [1.0],
+                                    "median_ms": 1.0})
+    ex = GpuExecutor([0, 1])
+    seen = []
+    ex.measure(run, ids, {}, {c: 60.0 for c in ids}, "cpu",
+               lambda ev: seen.append(ev["case_id"]) if ev["event"] == "start" else None)
+    assert ids[0] not in seen and set(seen) == set(ids[1:])
+    assert {r["case_id"] for r in store.read_parts(run, "time")} == set(ids)
+
+
+# -- through the CLI ----------------------------------------------------------------------------
+
+def _exp(tmp_path, impls, extra=""):
+    path = tmp_path / "e.yaml"
+    path.write_text(f"name: selftest\nop: scale2\nbaseline: torch\ncandidates: {impls}\n"
+                    f"sweep: {{N: [64, 1000]}}\ndtypes: [float32]\n"
+                    f"timing: {{rep_ms: 20, min_samples: 3{extra}}}\n")
+    return path
+
+
+@pytest.mark.slow
+def test_a_hanging_implementation_times_out_as_its_own_case(tmp_path):
+    out = tmp_path / "runs"
+    p = harness("run", str(_exp(tmp_path, "[hang]", ", case_timeout_s: 2")), "--out", str(out))
+    assert p.returncode == 0, p.stdout + p.stderr
+    run = next(out.iterdir())
+    cases = store.load_cases(run).set_index("case_id")
+    assert set(cases.status[cases.index.str.startswith("hang")]) == {"timeout"}
+    assert set(cases.status[cases.index.str.startswith("torch")]) == {"ok"}
+    assert "timed out after 2 s (watchdog; timing.case_timeout_s)" in \
+        cases.error["hang.N=64.float32"]
+    m = store.load_manifest(run)
+    assert m["status"] == "complete" and m["executor"]["kind"] == "local"
+    assert set(m["pass_wall_s"]) >= {"check", "time", "total"}
+    assert "wall: check " in p.stdout and "total" in p.stdout
+    assert "timeout" in p.stdout
+
+
+@pytest.mark.slow
+def test_a_sigkilled_run_shows_as_interrupted_and_resumes(tmp_path):
+    out = tmp_path / "runs"
+    env = {**ENV, "HARNESS_TEST_SLOW_S": "1.0"}
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run",
+                             str(_exp(tmp_path, "[slow]")), "--out", str(out)], cwd=ROOT,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:  # wait for the first record, then kill everything hard
+        parts = list(out.glob("*/parts/check*.jsonl"))
+        if parts and parts[0].read_text().strip():
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    run = next(out.iterdir())
+    m = store.load_manifest(run)
+    assert m["status"] == "running" and m["driver"]["pid"] == proc.pid
+    assert store.effective_status(m) == "interrupted"
+    assert [r["status"] for r in store.list_runs(out)] == ["interrupted"]
+    js = json.loads(harness("show", str(run), "--format", "json").stdout)
+    assert js["status"] == "interrupted"
+    p = subprocess.run([sys.executable, "-m", "harness", "run", "--resume", str(run), "--out",
+                        str(out)], cwd=ROOT, env={**ENV, "HARNESS_TEST_SLOW_S": "0.01"},
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert store.load_manifest(run)["status"] == "complete"
+    assert set(store.load_cases(run).status) == {"ok"}
+
+
+def test_a_live_run_is_running_and_other_hosts_are_trusted():
+    m = {"status": "running", "driver": store.driver_record()}
+    assert store.effective_status(m) == "running"
+    assert store.effective_status({**m, "driver": {**m["driver"], "host": "elsewhere",
+                                                   "pid": 999999999}}) == "running"
+    assert store.effective_status({"status": "running"}) == "running"  # old runs: no driver
+    recycled = {**m["driver"], "started": "2001-01-01T00:00:00+00:00"}  # pid reused since
+    assert store.effective_status({**m, "driver": recycled}) == "interrupted"
+    assert store.effective_status({**m, "status": "complete"}) == "complete"
+
+
+@pytest.mark.parametrize("content", [b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR",
+                                     b"name: caf\xe9\nop: softmax\n"])
+def test_a_binary_or_non_utf8_experiment_is_one_line_exit_2(tmp_path, content):
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(content)
+    p = harness("run", str(path), "--out", str(tmp_path / "runs"))
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.count("\n") == 1 and str(path) in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_gpus_on_a_gpu_less_machine_is_a_clean_exit_2(tmp_path):
+    if subprocess.run(["sh", "-c", "command -v nvidia-smi"], capture_output=True).returncode == 0:
+        pytest.skip("this machine has nvidia-smi")
+    p = harness("run", "experiments/softmax.yaml", "--gpus", "2", "--out", str(tmp_path))
+    assert p.returncode == 2
+    assert p.stderr.strip() == ("error: --gpus 2: no NVIDIA GPU on this host (nvidia-smi lists "
+                                "none); drop --gpus to run on the CPU")
+    assert not list(tmp_path.iterdir())
+
+
+def test_ray_missing_is_one_line_naming_the_install(monkeypatch):
+    import builtins
+    real = builtins.__import__
+
+    def no_ray(name, *a, **kw):
+        if name == "ray":
+            raise ImportError("No module named 'ray'")
+        return real(name, *a, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    with pytest.raises(HarnessError, match=r"--ray needs Ray: pip install -e '\.\[ray\]'"):
+        make_executor(ray="local")
+
+
+@pytest.mark.slow
+def test_ray_local_smoke_sweep_of_softmax_lands_a_normal_run(tmp_path):
+    pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]')")
+    p = harness("run", "experiments/softmax.yaml", "--ray", "local", "--out", str(tmp_path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    run = next(d for d in tmp_path.iterdir() if (d / "manifest.json").exists())
+    m = store.load_manifest(run)
+    assert m["status"] == "complete" and m["device"] == "cpu" and m["smoke"] is True
+    assert m["executor"]["kind"] == "ray" and m["executor"]["hosts"]
+    cases, results = store.load_cases(run), store.load_results(run)
+    assert len(cases) == 6 and set(cases.status) == {"ok"} and results.correct.all()
+    assert cases.host.notna().all()
+    assert store.load_samples(run).groupby("case_id").size().min() >= 3
+    assert sorted(p.name for p in (run / "parts").iterdir()) == ["check.ray.jsonl",
+                                                                  "time.ray.jsonl"]
+
+
+def test_compare_and_verdicts_refuse_a_run_that_mixes_gpu_models(tmp_path):
+    from harness.analysis.compare import mixed_gpu_problems
+    from harness.results import gpu_models
+    import pandas as pd
+    run = store.create_run(tmp_path, "x", {"experiment": {"name": "x"}})
+    store.write_table(run, "cases", pd.DataFrame({
+        "case_id": ["a", "b"], "gpu_name": ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]}))
+    assert gpu_models(store.load_cases(run)) == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
+    probs = mixed_gpu_problems(run, store.load_manifest(run))
+    assert len(probs) == 1 and "mixes GPU models" in probs[0]
+
+
+def test_wall_line_and_run_env_of_the_first_gpu():
+    from harness.runner import _run_env, wall_line
+    assert wall_line({"total": 130.44, "nsys": 25.3, "check": 41.2, "time": 33.0,
+                      "ncu": 20.1}) == ("wall: check 41.2 s · time 33.0 s · ncu 20.1 s · "
+                                        "nsys 25.3 s · total 130.4 s")
+    gpu1 = {"gpu_name": "NVIDIA H200", "sm_clock_mhz": 1980.0, "gpu_temp_c": 41.0}
+    env = _run_env("cpu", GpuExecutor([1], {1: gpu1}))
+    assert env["gpu_name"] == "NVIDIA H200" and env["sm_clock_mhz"] == 1980.0
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_gpu_worker_and_the_run_resumes(tmp_path, test_ops, monkeypatch):
+    import _thread
+    import threading
+    from harness.executors.process import Interrupted
+    monkeypatch.setenv("HARNESS_TEST_SLOW_S", "0.5")
+    run, ids = _run_dir(tmp_path, ["slow"], n=(64, 100, 1000))
+    ex = GpuExecutor([0, 1])
+    fired = threading.Event()
+
+    def on_event(ev):  # Ctrl-C as soon as the first case is recorded
+        if ev["event"] == "done" and not fired.is_set():
+            fired.set()
+            _thread.interrupt_main()
+
+    with pytest.raises(Interrupted):
+        ex.measure(run, ids, {}, {c: 60.0 for c in ids}, "cpu", on_event)
+        time.sleep(30)  # the interrupt lands in the join loop or here
+    done = {r["case_id"] for r in store.read_parts(run, "check")}
+    assert 0 < len(done) < len(ids)
+    assert not [r for r in store.read_parts(run, "check") if r["status"] != "ok"]
+    monkeypatch.setenv("HARNESS_TEST_SLOW_S", "0.01")
+    ex.measure(run, ids, {}, {c: 60.0 for c in ids}, "cpu", lambda ev: None)
+    assert {r["case_id"] for r in store.read_parts(run, "time")} == set(ids)
