@@ -129,3 +129,93 @@ def test_reason_names():
     assert pcsamp_reason("long_sb") == "long_scoreboard"
     assert pcsamp_reason("no_instructions") == "no_instruction"
     assert pcsamp_reason("sleep") == "sleeping" and pcsamp_reason("gmma") == "gmma"
+
+
+# -- the profile pass: option, command, tables ------------------------------------------------------
+
+def _cases(*impls, op="softmax"):
+    import pandas as pd
+
+    return pd.DataFrame({"case_id": [f"{i}.M=1.N=1.float16" for i in impls], "op": op,
+                         "impl": list(impls)})
+
+
+def test_option_auto_is_on_for_triton_cases_only(tmp_path):
+    from harness.profilers.ncu import Ncu, any_triton
+    from harness.spec import NcuOptions
+
+    cases = _cases("triton", "torch")
+    assert any_triton(cases, list(cases.case_id))
+    assert not any_triton(cases, ["torch.M=1.N=1.float16"])
+    ncu = Ncu()
+    on = ncu.prepare(NcuOptions(), cases, list(cases.case_id))
+    assert on.source_lines is True
+    argv = ncu.command(["w"], tmp_path, on)
+    assert argv[argv.index("--import-source") + 1] == "yes"
+    assert argv.count("SourceCounters") == 1
+    off = ncu.prepare(NcuOptions(), cases, ["torch.M=1.N=1.float16"])
+    assert off.source_lines is False and "SourceCounters" not in ncu.command(["w"], tmp_path, off)
+    forced = ncu.prepare(NcuOptions(source_lines=False), cases, list(cases.case_id))
+    assert forced.source_lines is False
+    assert "--import-source" not in ncu.command(["w"], tmp_path, forced)
+    with pytest.raises(Exception, match="source_lines"):
+        NcuOptions(source_lines="sometimes")
+
+
+def test_extra_tables_from_the_report(tmp_path):
+    import shutil
+
+    from harness.profilers.ncu import Ncu
+    from harness.spec import NcuOptions
+
+    shutil.copy(FIX / "src_softmax.ncu-rep", tmp_path / "report.ncu-rep")
+    ncu = Ncu()
+    ncu.command(["w"], tmp_path, NcuOptions(source_lines=True))
+    df = ncu.extra_tables(tmp_path)["source_lines"]
+    assert set(df.case_id) == {CASES["softmax"]} and df.samples.sum() == 7622
+    ncu.command(["w"], tmp_path, NcuOptions(source_lines=False))
+    assert ncu.extra_tables(tmp_path) == {}
+
+
+def test_extra_tables_csv_fallback_without_ncu_report(tmp_path, monkeypatch):
+    """No ncu_report module: export the source page and name the case from the raw page."""
+    import shutil
+
+    from harness.profilers import ncu as N
+    from harness.spec import NcuOptions
+
+    shutil.copy(FIX / "src_softmax.ncu-rep", tmp_path / "report.ncu-rep")
+    shutil.copy(FIX.parent / "ncu" / "sections_only_softmax_raw.csv", tmp_path / "raw.csv")
+
+    def no_module(_path):
+        raise ImportError("ncu_report not found")
+
+    calls = []
+
+    def fake_export(argv, log, timeout=None, stdout_path=None):
+        import subprocess
+
+        calls.append(argv)
+        shutil.copy(FIX / "src_softmax_source.csv", stdout_path)
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(N, "parse_report_lines", no_module)
+    monkeypatch.setattr(N, "run_logged", fake_export)
+    ncu = N.Ncu()
+    ncu.command(["w"], tmp_path, NcuOptions(source_lines=True))
+    df = ncu.extra_tables(tmp_path)["source_lines"]
+    assert calls[0][calls[0].index("--page") + 1] == "source"
+    assert calls[0][calls[0].index("--print-source") + 1] == "cuda,sass"
+    assert set(df.case_id) == {CASES["softmax"]} and set(df.kernel) == {"_softmax_rows"}
+    assert df.samples.sum() == 7622
+
+
+def test_store_round_trip(tmp_path):
+    from harness import store
+
+    run = store.create_run(tmp_path, "x", {"experiment": {"name": "x"}})
+    assert list(store.load_source_lines(run).columns) == store.SOURCE_LINE_COLUMNS
+    df = S.parse_report_lines(FIX / "src_flash.ncu-rep")
+    store.write_table(run, "source_lines", df)
+    back = store.load_source_lines(run)
+    assert back.equals(df)

@@ -31,9 +31,8 @@ import pandas as pd
 
 from harness.profilers import metrics as M
 from harness.profilers.ncu_parse import DOMAIN, _Kernels, load_ncu_report_module, num
+from harness.store import SOURCE_LINE_COLUMNS
 
-SOURCE_LINE_COLUMNS = ["case_id", "kernel", "file", "line", "text", "samples", "share",
-                       "stall_mix", "library"]
 SECTION = "SourceCounters"
 SAMPLES = "smsp__pcsamp_sample_count"
 REASON_PREFIX = "smsp__pcsamp_warps_issue_stalled_"
