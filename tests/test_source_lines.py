@@ -219,3 +219,30 @@ def test_store_round_trip(tmp_path):
     store.write_table(run, "source_lines", df)
     back = store.load_source_lines(run)
     assert back.equals(df)
+
+
+# -- harness import ------------------------------------------------------------------------------
+
+def test_import_ncu_rep_stores_source_lines(tmp_path):
+    from harness import store
+    from harness.importer import import_path
+
+    run = import_path(FIX / "src_flash.ncu-rep", tmp_path)
+    lines = store.load_source_lines(run)
+    assert set(lines.case_id) == {CASES["flash"]} and lines.samples.sum() == 123243
+    assert set(store.load_metrics(run).case_id) == {CASES["flash"]}
+    assert list(store.load_cases(run).impl) == ["triton_flash"]
+
+
+def test_import_source_page_csv(tmp_path):
+    from harness import store
+    from harness.errors import ImportFormatError
+    from harness.importer import import_path
+
+    run = import_path(FIX / "src_softmax_source.csv", tmp_path)
+    lines = store.load_source_lines(run)
+    assert set(lines.case_id) == {"_softmax_rows"}  # no NVTX on the source page: case = kernel
+    assert list(store.load_cases(run).impl) == ["_softmax_rows"]
+    assert store.load_manifest(run)["import_kind"] == "ncu-source"
+    with pytest.raises(ImportFormatError, match="cuda,sass"):
+        import_path(FIX / "src_softmax_source_cuda.csv", tmp_path)
