@@ -246,3 +246,27 @@ def test_import_source_page_csv(tmp_path):
     assert store.load_manifest(run)["import_kind"] == "ncu-source"
     with pytest.raises(ImportFormatError, match="cuda,sass"):
         import_path(FIX / "src_softmax_source_cuda.csv", tmp_path)
+
+
+# -- show ----------------------------------------------------------------------------------------
+
+def test_show_hot_lines_and_json(tmp_path):
+    from rich.console import Console
+
+    from harness import show
+    from harness.importer import import_path
+
+    run = import_path(FIX / "src_flash.ncu-rep", tmp_path)
+    con = Console(record=True, width=200)
+    show.render(run, con)
+    out = con.export_text()
+    assert "hot lines " + CASES["flash"] in out
+    assert "flash_fwd.py:55" in out and "29.8 %" in out and "barrier 64 %, wait 11 %" in out
+    assert "[triton] return a + b" in out  # library lines tagged, brackets not eaten by rich
+    assert "offs_d[None, :]" not in out or "[None, :]" in out
+    case = show.to_json(run)["cases"][0]
+    hot = case["source_lines"]
+    assert [h["line"] for h in hot] == [55, 263, 99, 170, 87]
+    assert hot[1]["library"] is True and hot[0]["stall_mix"]["barrier"] == 23445
+    assert hot[0]["share"] == pytest.approx(0.2979, abs=1e-4)
+    json.dumps(show.to_json(run))  # serialisable
