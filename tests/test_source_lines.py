@@ -270,3 +270,21 @@ def test_show_hot_lines_and_json(tmp_path):
     assert hot[1]["library"] is True and hot[0]["stall_mix"]["barrier"] == 23445
     assert hot[0]["share"] == pytest.approx(0.2979, abs=1e-4)
     json.dumps(show.to_json(run))  # serialisable
+
+
+# -- report --------------------------------------------------------------------------------------
+
+def test_report_hot_lines_section(tmp_path):
+    from harness.importer import import_path
+    from harness.report import write_report
+
+    run = import_path(FIX / "src_softmax.ncu-rep", tmp_path / "runs")
+    write_report(run, tmp_path / "rep", fmt="both", png=False, store_arg=str(run.parent))
+    md = (tmp_path / "rep" / "report.md").read_text()
+    block = md.split("## Hot source lines", 1)[1].split("\n## ", 1)[0]
+    assert "| `triton_softmax.py:31` | 45.5 % | long_scoreboard 93 %, not_selected 3 % |" in block
+    assert "[triton] `return core.reduce(input, axis, _elementwise_max, keep_dims=keep_dims)`" \
+        in block
+    assert block.count("| `") == 5  # top 5 only
+    html = (tmp_path / "rep" / "report.html").read_text()
+    assert "Hot source lines" in html and "<code>e = tl.exp(x)</code>" in html
