@@ -55,6 +55,7 @@ PAGES = [  # (file, title, material icon); the first is the default page at /
     ("views/run.py", "Run", "summarize"),
     ("views/roofline.py", "Roofline", "show_chart"),
     ("views/stalls.py", "Stalls & occupancy", "traffic"),
+    ("views/source.py", "Source lines", "code"),
     ("views/compare.py", "Compare", "compare_arrows"),
     ("views/history.py", "History", "history"),
     ("views/timeline.py", "Timeline", "timer"),

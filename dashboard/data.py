@@ -448,3 +448,83 @@ def moved_metrics(metrics: pd.DataFrame, min_rel: float) -> pd.DataFrame:
     for c in ("base", "cand", "delta", "rel_delta"):  # mixed numbers and stall names
         out[c] = out[c].map(lambda v: round(v, 4) if isinstance(v, float) else v).astype(str)
     return out
+
+
+# -- source lines (ncu SourceCounters) -------------------------------------------------------------
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _cached_source_lines(path: str, stamp: tuple) -> pd.DataFrame:
+    return store.load_source_lines(path)
+
+
+def source_lines(path: str) -> pd.DataFrame:
+    return _cached_source_lines(str(path), _stamp(path))
+
+
+def source_kernels(lines: pd.DataFrame) -> list[tuple[str, str]]:
+    """(case_id, kernel) pairs with sampled lines, in stored order."""
+    return list(dict.fromkeys(zip(lines.case_id, lines.kernel)))
+
+
+def source_files(lines: pd.DataFrame, case_id: str, kernel: str) -> list[str]:
+    """The kernel's files, most sampled first (the kernel's own file before Triton's library)."""
+    g = lines[(lines.case_id == case_id) & (lines.kernel == kernel)]
+    return list(g.groupby("file", sort=False).samples.sum().sort_values(ascending=False).index)
+
+
+def _read_source(path: str) -> list[str] | None:
+    try:
+        return Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+
+
+def source_listing(lines: pd.DataFrame, case_id: str, kernel: str, file: str,
+                   context: int = 3) -> pd.DataFrame:
+    """The file's lines around the sampled ones: line, share %, samples, top stalls, source.
+    With the file on disk the listing is contiguous (sampled range ± context); without it, only
+    the sampled lines (their text is stored with them)."""
+    from harness.profilers.ncu_source import mix_text
+
+    g = lines[(lines.case_id == case_id) & (lines.kernel == kernel) & (lines.file == file)]
+    by_line = {int(r["line"]): r for r in g.to_dict("records")}
+    src = _read_source(file)
+    if src and by_line and max(by_line) <= len(src):
+        numbers = range(max(1, min(by_line) - context), min(len(src), max(by_line) + context) + 1)
+    else:
+        numbers, src = sorted(by_line), None
+    rows = []
+    for n in numbers:
+        r = by_line.get(n)
+        text = str(r["text"]) if r is not None and not src else (src[n - 1] if src else "")
+        rows.append({"line": n, "share %": round(r["share"] * 100, 2) if r is not None else None,
+                     "samples": int(r["samples"]) if r is not None else None,
+                     "top stalls": mix_text(r["stall_mix"], r["samples"], 3) if r is not None
+                     else "", "source": text.rstrip()})
+    return pd.DataFrame(rows, columns=["line", "share %", "samples", "top stalls", "source"])
+
+
+def heat_style(listing: pd.DataFrame, scale: float | None = None):
+    """The listing with each sampled row's background as hot as its share (max = full)."""
+    top = scale or (listing["share %"].max() if listing["share %"].notna().any() else 0) or 1.0
+
+    def row_style(row):
+        s = row["share %"]
+        if s is None or pd.isna(s) or s <= 0:
+            return [""] * len(row)
+        return [f"background-color: rgba(230, 80, 0, {0.08 + 0.72 * min(1.0, s / top):.2f})"] \
+            * len(row)
+
+    return listing.style.apply(row_style, axis=1).format({"share %": "{:.1f}"}, na_rep="")
+
+
+def hot_lines_table(lines: pd.DataFrame, case_id: str, kernel: str, n: int = 10) -> pd.DataFrame:
+    from harness.profilers.ncu_source import mix_text
+
+    g = lines[(lines.case_id == case_id) & (lines.kernel == kernel)].nlargest(n, "samples")
+    return pd.DataFrame({
+        "where": [f"{Path(f).name}:{int(l)}" for f, l in zip(g.file, g.line)],
+        "share %": (g.share * 100).round(1).to_list(),
+        "top stalls": [mix_text(m, s, 3) for m, s in zip(g.stall_mix, g.samples)],
+        "triton lib": g.library.astype(bool).to_list(),
+        "source": g.text.str.strip().to_list()})

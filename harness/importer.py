@@ -1,7 +1,9 @@
 """`harness import PATH`: bring profiles made elsewhere into the store as a new run.
 
-Accepted: a `.ncu-rep` (read with NVIDIA's ncu_report), an ncu CSV export (raw or details page,
-`--print-units base` preferred; live logs with ==PROF== lines are fine), or a folder of
+Accepted: a `.ncu-rep` (read with NVIDIA's ncu_report; with SourceCounters its warp stalls per
+source line too), an ncu CSV export (raw or details page, `--print-units base` preferred; live
+logs with ==PROF== lines are fine; or the source page, `--page source --print-source cuda,sass`,
+which gives source lines only), or a folder of
 `nsys stats --format csv` files (nvtx_kern_sum / cuda_gpu_kern_sum ...). Kernels inside a
 `harness` NVTX range keep their case id; others become one case per kernel name (op
 `imported`). Everything is parsed and validated before the run directory is created, so a
@@ -20,7 +22,8 @@ import pandas as pd
 from harness import store
 from harness.errors import ImportFormatError
 
-HELP = "import a .ncu-rep, an ncu CSV (raw or details page) or a folder of nsys stats CSVs"
+HELP = ("import a .ncu-rep, an ncu CSV (raw, details or source page) or a folder of nsys "
+        "stats CSVs")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -67,8 +70,28 @@ def _read(path: Path) -> tuple[str, pd.DataFrame, dict]:
             errors.append(str(exc))
             continue
         return kind, df, _csv_env(text)
+    from harness.profilers.ncu_source import parse_source_csv
+
+    try:  # the source page: warp stalls per source line, no kernel-level metrics
+        parse_source_csv(text)
+        return "ncu-source", ncu_parse._frame([]), {}
+    except ValueError as exc:
+        if "--print-source" in str(exc):
+            raise ImportFormatError(f"{path}: {exc}") from None
     raise ImportFormatError(f"{path}: not an ncu CSV export (expected a header starting "
-                            f"\"ID\",\"Process ID\" from `ncu --csv --page raw|details`)")
+                            f"\"ID\",\"Process ID\" from `ncu --csv --page raw|details`, or "
+                            f"\"File Path\" from `--page source --print-source cuda,sass`)")
+
+
+def _source_lines(path: Path, kind: str) -> pd.DataFrame:
+    """Warp stalls per source line in a .ncu-rep with SourceCounters or a source-page CSV."""
+    from harness.profilers import ncu_source
+
+    if kind == "ncu-rep":
+        return ncu_source.parse_report_lines(path)
+    if kind == "ncu-source":
+        return ncu_source.parse_source_csv(path.read_text())
+    return ncu_source.empty_source_lines()
 
 
 def _csv_env(text: str) -> dict:
@@ -88,12 +111,15 @@ def import_path(path: str | Path, out_root: str | Path, name: str | None = None,
                 argv: list[str] | None = None) -> Path:
     path = Path(path)
     kind, df, env = _read(path)
-    if df.empty:
+    lines = _source_lines(path, kind)
+    if df.empty and lines.empty:
         raise ImportFormatError(f"{path}: no profiled kernels in it")
-    df = df.copy()
-    orphan = df.case_id == ""
-    df.loc[orphan, "case_id"] = df.loc[orphan, "kernel"]  # no harness range: a case per kernel
-    case_ids = list(dict.fromkeys(df.case_id))
+    df, lines = df.copy(), lines.copy()
+    for t in (df, lines):
+        orphan = t.case_id == ""
+        t.loc[orphan, "case_id"] = t.loc[orphan, "kernel"]  # no harness range: a case per kernel
+    case_ids = list(dict.fromkeys([*df.case_id, *lines.case_id]))
+    kernels = pd.concat([df[["case_id", "kernel"]], lines[["case_id", "kernel"]]])
     exp_name = name or f"import-{path.stem or path.name}"
     manifest = {
         "experiment": {"name": exp_name, "op": "imported", "baseline": None, "candidates": [],
@@ -105,10 +131,12 @@ def import_path(path: str | Path, out_root: str | Path, name: str | None = None,
         "created_utc": datetime.now(timezone.utc).isoformat(),
     }
     run_dir = store.create_run(out_root, exp_name, manifest)
-    cases = pd.DataFrame([_case_row(df, c) for c in case_ids])
+    cases = pd.DataFrame([_case_row(kernels, c) for c in case_ids])
     store.write_table(run_dir, "cases", cases)
     store.write_table(run_dir, "results", pd.DataFrame({"case_id": case_ids}))
     store.write_table(run_dir, "metrics", df)
+    if len(lines):
+        store.write_table(run_dir, "source_lines", lines)
     dest = store.raw_dir(run_dir, "import")
     if path.is_dir():
         for f in sorted(path.glob("*.csv")):

@@ -321,6 +321,24 @@ def reproduce(m: dict, store_arg: str) -> list[str]:
     return lines
 
 
+def hot_lines(run_dir: Path, n: int = 5) -> list[dict]:
+    """Per profiled kernel with source lines (ncu SourceCounters): its n most sampled lines."""
+    from harness.profilers.ncu_source import mix_text, top_lines
+
+    lines = store.load_source_lines(run_dir)
+    if lines.empty:
+        return []
+    out = []
+    for (case_id, kernel), g in top_lines(lines, n).groupby(["case_id", "kernel"], sort=False):
+        rows = [[f"`{Path(str(r['file'])).name}:{int(r['line'])}`", f"{r['share'] * 100:.1f} %",
+                 mix_text(r["stall_mix"], r["samples"]),
+                 ("[triton] " if r["library"] else "") + f"`{str(r['text']).strip()}`"]
+                for r in g.to_dict("records")]
+        out.append({"case": case_id, "kernel": kernel,
+                    "table": table(["line", "share", "top stalls", "source"], rows, "lrll")})
+    return out
+
+
 def build(run_dir: Path, df: pd.DataFrame, store_arg: str, calibration: dict | None) -> dict:
     """The whole context minus charts and the comparison (report.py adds those)."""
     m = store.load_manifest(run_dir)
@@ -344,6 +362,7 @@ def build(run_dir: Path, df: pd.DataFrame, store_arg: str, calibration: dict | N
         "tol_factor": (exp.get("correctness") or {}).get("tol_factor"),
         "cases": cases_table(df, cpu, primary, exp.get("baseline")),
         "occupancy": occupancy_rows(df), "flags": flag_lines(df), "passes": pass_lines(m),
+        "hot_lines": hot_lines(run_dir),
         "notes": notes, "env": env_table(m), "reproduce": reproduce(m, store_arg),
         "timing_clock": ", ".join(str(c) for c in df["clock"].dropna().unique())
         if "clock" in df else "",

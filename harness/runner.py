@@ -132,6 +132,7 @@ class Runner:
         # not just for the cases its worker had not reached
         store.clear_parts(self.run_dir, prof_name)
         task = progress.add_task(prof_name, total=len(cases))
+        options = prof.prepare(options, store.load_cases(self.run_dir), cases)
         argv = prof.command(worker_argv(self.run_dir, "torch_profiler" if prof_name ==
                                         "torch_profiler" else "profile", self.device, cases,
                                         tag=prof_name), out_dir, options)
@@ -172,6 +173,7 @@ class Runner:
             self._set_pass(prof_name, f"failed: {type(exc).__name__}: {exc}")
             return
         self._merge_metrics(prof.source, df)
+        state = self._write_extra_tables(prof, out_dir, state)
         timing = {"wall_s": round(wall, 2), "cases": len(cases), "per_case_s": per_case}
         self.manifest = store.update_manifest(
             self.run_dir, profiler_wall_s={**self.manifest.get("profiler_wall_s", {}),
@@ -184,6 +186,16 @@ class Runner:
         recs = store.read_parts(self.run_dir, "torch_profiler")
         per_case = {r["case_id"]: r.get("kernels", []) for r in recs if r["status"] == "ok"}
         store.write_json(out_dir / KERNELS_FILE, per_case)
+
+    def _write_extra_tables(self, prof, out_dir: Path, state: str) -> str:
+        """Tables a profiler makes besides metrics (ncu: source_lines); a failure here is noted
+        in the pass state and costs nothing else."""
+        try:
+            for name, table in prof.extra_tables(out_dir).items():
+                store.write_table(self.run_dir, name, table)
+        except Exception as exc:  # the metrics are stored already; keep them
+            return f"{state} (source lines failed: {type(exc).__name__}: {exc})"
+        return state
 
     def _merge_metrics(self, source: str, df) -> None:
         import pandas as pd

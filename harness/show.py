@@ -160,6 +160,7 @@ def render(run_dir: str | Path, console: Console) -> None:
     for r in df.to_dict("records"):  # verdicts of profiled cases (the table has % roof)
         if r.get("verdict") and _n(r.get("ncu_duration_us")) is not None:
             console.print(f"[cyan]verdict[/] {r['case_id']}: {r['verdict']}")
+    render_hot_lines(run_dir, console)
     by_state: dict[str, list[str]] = {}
     for name, state in (m.get("passes") or {}).items():
         if not str(state).startswith("done"):
@@ -170,6 +171,51 @@ def render(run_dir: str | Path, console: Console) -> None:
         from harness.runner import wall_line
 
         console.print(wall_line(m["pass_wall_s"]))
+
+
+# -- hot source lines (ncu SourceCounters) -------------------------------------------------------
+
+HOT_LINES = 5
+
+
+def hot_line_text(r: dict) -> str:
+    """`flash_fwd.py:97  31.2 %  long_scoreboard 60 %, barrier 30 %  qk = tl.dot(q, k)`."""
+    from harness.profilers.ncu_source import mix_text
+
+    where = f"{Path(str(r['file'])).name}:{int(r['line'])}"
+    tag = "[triton] " if r.get("library") else ""
+    return (f"{where:<22} {r['share'] * 100:5.1f} %  {mix_text(r['stall_mix'], r['samples']):<40}"
+            f"  {tag}{str(r.get('text') or '').strip()}")
+
+
+def render_hot_lines(run_dir: Path, console: Console, n: int = HOT_LINES) -> None:
+    """The n source lines with the most warp-stall samples per profiled kernel."""
+    from rich.markup import escape
+
+    from harness.profilers.ncu_source import top_lines
+
+    lines = store.load_source_lines(run_dir)
+    if lines.empty:
+        return
+    for (case_id, kernel), g in top_lines(lines, n).groupby(["case_id", "kernel"], sort=False):
+        console.print(f"[bold]hot lines[/] {escape(str(case_id))} · {escape(str(kernel))} "
+                      f"[dim](share of the kernel's warp samples; top stall reasons)[/]")
+        for r in g.to_dict("records"):
+            console.print("  " + escape(hot_line_text(r)), soft_wrap=True, highlight=False)
+
+
+def source_lines_json(run_dir: Path, n: int = HOT_LINES) -> dict[str, list[dict]]:
+    """case_id -> its top source lines (all kernels), stall_mix as an object."""
+    from harness.profilers.ncu_source import top_lines
+
+    lines = store.load_source_lines(run_dir)
+    out: dict[str, list[dict]] = {}
+    for r in top_lines(lines, n).to_dict("records") if len(lines) else []:
+        out.setdefault(r["case_id"], []).append({
+            "kernel": r["kernel"], "file": r["file"], "line": int(r["line"]), "text": r["text"],
+            "samples": float(r["samples"]), "share": float(r["share"]),
+            "stall_mix": json.loads(r["stall_mix"]), "library": bool(r["library"])})
+    return out
 
 
 def to_json(run_dir: str | Path) -> dict:
@@ -187,9 +233,11 @@ def to_json(run_dir: str | Path) -> dict:
                             for n, v, u in zip(g.name, g.value, g.unit)},
                 "units": dict(zip(g.name, g.unit))})
     cases = []
+    hot = source_lines_json(run_dir)
     for r in json.loads(df.to_json(orient="records")):
         r["flags"] = json.loads(r["flags"]) if isinstance(r.get("flags"), str) else []
         r["kernels"] = per_case.get(r["case_id"], [])
+        r["source_lines"] = hot.get(r["case_id"], [])
         cases.append(r)
     return {"run_id": m["run_id"], "status": store.effective_status(m),
             "experiment": m["experiment"], "executor": m.get("executor"),

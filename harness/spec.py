@@ -84,6 +84,9 @@ class NcuOptions(_Strict):
     metrics: list[str] = Field(default_factory=list, description="extra raw metric names")
     cases: Union[Literal["first", "all"], list[str]] = "first"
     timeout_s: float = Field(1800, gt=0)
+    source_lines: Union[Literal["auto"], bool] = Field(
+        "auto", description="warp-stall samples per source line (SourceCounters section, "
+        "+0-3 s per profiled case on an H200); auto = on when a profiled case is a Triton impl")
 
     @field_validator("sections")
     @classmethod

@@ -5,6 +5,7 @@
     <root>/<run_id>/results.parquet    correctness + timing + derived throughput/speedup per case
     <root>/<run_id>/samples.parquet    raw timing samples: case_id, i, ms
     <root>/<run_id>/metrics.parquet    long format: case_id, source, kernel, name, value, unit
+    <root>/<run_id>/source_lines.parquet  warp-stall samples per kernel source line (ncu)
     <root>/<run_id>/parts/<pass>.jsonl append-only records written by workers as they go
                                        (<pass>.<shard>.jsonl: one file per concurrent worker)
     <root>/<run_id>/raw/               profilers' own files and logs
@@ -30,7 +31,7 @@ from harness.errors import StoreError
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
-TABLES = ("cases", "results", "samples", "metrics")
+TABLES = ("cases", "results", "samples", "metrics", "source_lines")
 
 CASE_COLUMNS = ["case_id", "op", "impl", "role", "params", "dtype", "status", "error"]
 RESULT_COLUMNS = [
@@ -40,8 +41,12 @@ RESULT_COLUMNS = [
 ]
 SAMPLE_COLUMNS = ["case_id", "i", "ms"]
 METRIC_COLUMNS = ["case_id", "source", "kernel", "name", "value", "unit"]
+# warp-stall PC samples per kernel source line (ncu SourceCounters): share of the kernel's
+# samples, stall_mix = JSON {reason: samples}, library = a line of Triton's own package
+SOURCE_LINE_COLUMNS = ["case_id", "kernel", "file", "line", "text", "samples", "share",
+                       "stall_mix", "library"]
 COLUMNS = {"cases": CASE_COLUMNS, "results": RESULT_COLUMNS, "samples": SAMPLE_COLUMNS,
-           "metrics": METRIC_COLUMNS}
+           "metrics": METRIC_COLUMNS, "source_lines": SOURCE_LINE_COLUMNS}
 
 
 # -- atomic file helpers -----------------------------------------------------------------------
@@ -279,6 +284,12 @@ def load_samples(run_dir) -> pd.DataFrame:
 
 def load_metrics(run_dir) -> pd.DataFrame:
     return _load_table(run_dir, "metrics")
+
+
+def load_source_lines(run_dir) -> pd.DataFrame:
+    """case_id, kernel, file, line, text, samples, share, stall_mix (JSON), library; most
+    sampled lines first per kernel (empty when no pass collected SourceCounters)."""
+    return _load_table(run_dir, "source_lines")
 
 
 # -- parts: durable per-pass records appended by workers ----------------------------------------

@@ -56,6 +56,14 @@ class Profiler(ABC):
     @abstractmethod
     def parse(self, out_dir: Path) -> pd.DataFrame: ...
 
+    def prepare(self, options, cases: pd.DataFrame, case_ids: list[str]):
+        """Options with run-dependent choices ("auto") settled for these cases (default: as is)."""
+        return options
+
+    def extra_tables(self, out_dir: Path) -> dict[str, pd.DataFrame]:
+        """Store tables besides metrics that this pass produced, by table name (default: none)."""
+        return {}
+
 
 def run_logged(argv: list[str], log_path: Path, timeout: float | None = None,
                stdout_path: Path | None = None) -> subprocess.CompletedProcess:

@@ -129,3 +129,22 @@ def short_kernel_name(name: str) -> str:
     s = "".join(base).strip()
     s = s.split(" ")[-1] if " " in s else s
     return s.split("::")[-1] or name[:40]
+
+
+# PC-sampling stall reasons (SourceCounters) -> canonical reasons above. Two spellings: the
+# .ncu-rep metric suffixes (smsp__pcsamp_warps_issue_stalled_<r>) and the short column names of
+# the source-page CSV (stall_<r>); names not listed here are canonical already.
+PCSAMP_REASONS: dict[str, str] = {
+    # .ncu-rep (smsp__pcsamp_warps_issue_stalled_<r>)
+    "no_instructions": "no_instruction",
+    # source-page CSV (stall_<r>)
+    "long_sb": "long_scoreboard", "short_sb": "short_scoreboard", "math": "math_pipe_throttle",
+    "mio": "mio_throttle", "lg": "lg_throttle", "tex": "tex_throttle",
+    "no_inst": "no_instruction", "dispatch": "dispatch_stall", "sleep": "sleeping",
+    "imc": "imc_miss",
+}
+
+
+def pcsamp_reason(name: str) -> str:
+    """`long_sb` / `no_instructions` / `barrier` -> the canonical stall reason."""
+    return PCSAMP_REASONS.get(name, name)

@@ -6,6 +6,10 @@
     ncu --import raw/ncu/report.ncu-rep --csv --page raw --print-units base   > raw.csv
     ncu --import raw/ncu/report.ncu-rep --csv --page details --print-units base > details.csv
 
+With `source_lines` on (the default when a profiled case is a Triton impl), the pass adds
+`--section SourceCounters --import-source yes` and the lines come out of the report
+(profilers/ncu_source.py) into the store's `source_lines` table.
+
 `--clock-control none` always: never change the card's clocks (shared GPUs); the clocks the
 kernels ran at are recorded as sm_clock_hz. The .ncu-rep stays for the Nsight Compute UI.
 """
@@ -23,7 +27,9 @@ import pandas as pd
 from harness.profilers import metrics as M
 from harness.profilers.base import (Availability, Profiler, ProfilerFailed, empty_metrics,
                                     register, run_logged)
-from harness.profilers.ncu_parse import parse_raw_csv
+from harness.profilers.ncu_parse import _Kernels, nvtx_case, parse_raw_csv, read_raw_rows
+from harness.profilers.ncu_source import SECTION as SOURCE_SECTION
+from harness.profilers.ncu_source import parse_report_lines, parse_source_csv
 
 NVTX_INCLUDE = "regex:harness@.+/"
 REPORT = "report"
@@ -67,6 +73,11 @@ class Ncu(Profiler):
         argv = [exe or "ncu", "--nvtx", "--nvtx-include", NVTX_INCLUDE]
         for s in options.sections:
             argv += ["--section", s]
+        self.source_lines = options.source_lines is True  # "auto" is settled by prepare()
+        if self.source_lines:  # PC-sampled stalls per SASS instruction -> source lines
+            if SOURCE_SECTION not in options.sections:
+                argv += ["--section", SOURCE_SECTION]
+            argv += ["--import-source", "yes"]
         extra = sorted(set(M.extra_ncu_metrics()) | set(options.metrics))
         argv += ["--metrics", ",".join(extra), "--disable-extra-suffixes",
                  "--cache-control", "all", "--clock-control", "none",
@@ -94,6 +105,62 @@ class Ncu(Profiler):
         if not path.exists():
             return empty_metrics()
         return parse_raw_csv(path.read_text())
+
+    # -- source lines (SourceCounters) -----------------------------------------------------------
+    def prepare(self, options, cases: pd.DataFrame, case_ids: list[str]):
+        if options.source_lines != "auto":
+            return options
+        return options.model_copy(update={"source_lines": any_triton(cases, case_ids)})
+
+    def extra_tables(self, out_dir: Path) -> dict[str, pd.DataFrame]:
+        """`source_lines` from the report: through ncu_report, else the source-page CSV."""
+        rep = Path(out_dir) / f"{REPORT}.ncu-rep"
+        if not getattr(self, "source_lines", False) or not rep.exists():
+            return {}
+        try:
+            return {"source_lines": parse_report_lines(rep)}
+        except ImportError:
+            pass
+        return {"source_lines": self._source_lines_from_csv(Path(out_dir), rep)}
+
+    def _source_lines_from_csv(self, out_dir: Path, rep: Path) -> pd.DataFrame:
+        """One `--page source` export of all results; its kernels, in order, are the raw page's
+        rows, which name the cases (the source page has no NVTX column)."""
+        exe, _ = find_ncu()
+        path = out_dir / "source.csv"
+        argv = [exe or "ncu", "--import", str(rep), "--csv", "--page", "source",
+                "--print-source", "cuda,sass", "--print-units", "base"]
+        proc = run_logged(argv, out_dir / "export.log", timeout=600, stdout_path=path)
+        if proc.returncode != 0:
+            raise ProfilerFailed(f"ncu --import --page source exited {proc.returncode}; "
+                                 f"see {out_dir}/export.log")
+        df = parse_source_csv(path.read_text())
+        _, _, rows = read_raw_rows((out_dir / "raw.csv").read_text())
+        col = next((h for h in (rows[0] if rows else {}) if h.startswith("thread Domain:")), None)
+        cases = [(nvtx_case(r.get(col, "")) if col else None) or "" for r in rows]
+        kernels = list(dict.fromkeys(df.kernel))
+        if len(kernels) == len(cases):  # relabel per case, as the raw page's parser does
+            names = _Kernels()
+            relabel = {k: (c, names.label(c, k.split(" #")[0])) for k, c in zip(kernels, cases)}
+            df["case_id"] = df.kernel.map(lambda k: relabel[k][0])
+            df["kernel"] = df.kernel.map(lambda k: relabel[k][1])
+        return df
+
+
+def any_triton(cases: pd.DataFrame, case_ids: list[str]) -> bool:
+    """Whether one of these cases runs an impl registered with backend "triton"."""
+    from harness.registry import registry
+
+    sel = cases[cases.case_id.isin(case_ids)] if len(cases) else cases
+    for op_name, impl in {(r.op, r.impl) for r in sel.itertuples()}:
+        try:
+            op = registry().get_op(op_name)
+        except Exception:  # an op that no longer imports: no decision from it
+            continue
+        base = str(impl).split("[")[0]  # variants: impl[k=v,...]
+        if base in op.impls and op.impls[base].backend == "triton":
+            return True
+    return False
 
 
 def check_log(text: str) -> str | None:
