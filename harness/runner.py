@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import random
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,7 +25,8 @@ from harness.executors import Executor, make_executor
 from harness.executors.base import from_manifest
 from harness.executors.process import (Interrupted, describe_rc, stream, todo, worker_argv,
                                        worker_env)
-from harness.executors.schedule import case_costs, case_timeout_s, longest_first
+from harness.executors.schedule import (case_costs, case_timeout_s, longest_first,
+                                        shard_by_impl)
 from harness.registry import get_op
 from harness.results import cases_frame, consolidate
 
@@ -127,75 +129,128 @@ class Runner:
         if not cases:
             self._set_pass(prof_name, "skipped: no runnable case to profile")
             return
-        out_dir = store.raw_dir(self.run_dir, prof_name)
         # one report per pass: a pass stopped half-way (Ctrl-C, timeout) is redone whole,
         # not just for the cases its worker had not reached
         store.clear_parts(self.run_dir, prof_name)
         task = progress.add_task(prof_name, total=len(cases))
         options = prof.prepare(options, store.load_cases(self.run_dir), cases)
-        argv = prof.command(worker_argv(self.run_dir, "torch_profiler" if prof_name ==
-                                        "torch_profiler" else "profile", self.device, cases,
-                                        tag=prof_name), out_dir, options)
+        shards = self._profile_shards(prof_name, cases)
 
         per_case: dict[str, float] = {}
         began: dict[str, float] = {}
+        lock = threading.Lock()
 
         def on_event(ev):  # per-case wall time under the profiler (replay passes included)
-            if ev["event"] == "start":
-                began[ev["case_id"]] = time.monotonic()
-                progress.update(task, description=f"{prof_name} {ev['case_id']}")
-            elif ev["event"] == "done":
-                per_case[ev["case_id"]] = round(time.monotonic() - began[ev["case_id"]], 2)
-                progress.advance(task)
+            with lock:
+                if ev["event"] == "start":
+                    began[ev["case_id"]] = time.monotonic()
+                    progress.update(task, description=f"{prof_name} {ev['case_id']}")
+                elif ev["event"] == "done":
+                    per_case[ev["case_id"]] = round(time.monotonic() - began[ev["case_id"]], 2)
+                    progress.advance(task)
 
-        env = {**worker_env(self.device, self.executor.profiler_gpu()), **prof.env()}
         started = time.monotonic()
-        log = out_dir / f"{prof_name}.log"
-        rc, timed_out = stream(argv, env, log, on_event, timeout=options.timeout_s)
+        outcome: dict[int, tuple[int, bool]] = {}
+
+        def one(i: int, gpu, ids: list[str], out_dir: Path):
+            argv = prof.command(worker_argv(self.run_dir, "torch_profiler" if prof_name ==
+                                            "torch_profiler" else "profile", self.device, ids,
+                                            tag=prof_name,
+                                            shard=f"gpu{gpu}" if len(shards) > 1 else None),
+                                out_dir, options)
+            env = {**worker_env(self.device, gpu), **prof.env()}
+            outcome[i] = stream(argv, env, out_dir / f"{prof_name}.log", on_event,
+                                timeout=options.timeout_s)
+
+        if len(shards) == 1:
+            one(0, *shards[0])
+        else:  # one profiler process per GPU, side by side
+            interrupted: list[BaseException] = []
+
+            def guarded(i, *args):
+                try:
+                    one(i, *args)
+                except BaseException as exc:  # Interrupted: re-raised below
+                    interrupted.append(exc)
+
+            threads = [threading.Thread(target=guarded, args=(i, *sh), daemon=True)
+                       for i, sh in enumerate(shards)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.2)
+            if interrupted:
+                raise interrupted[0]
         wall = time.monotonic() - started
         self.pass_wall[prof_name] = round(wall, 2)
         progress.update(task, description=prof_name)
-        problem = _log_problem(prof_name, log.read_text(errors="replace"))
-        if problem and "ERR_NVGPUCTRPERM" in problem:
-            self._set_pass(prof_name, f"skipped: {problem}")
-            return
-        state = "done"
-        if timed_out:
-            state = f"failed: timed out after {options.timeout_s:g} s (log: {log})"
-        elif rc != 0:
-            state = f"failed: exit {describe_rc(rc)}{': ' + problem if problem else ''} (log: {log})"
-        try:
-            if prof_name == "torch_profiler":
-                self._write_torch_profiler_kernels(out_dir)
-            prof.export(out_dir)
-            df = prof.parse(out_dir)
-        except Exception as exc:  # keep the timing results and the raw files whatever happens
-            self._set_pass(prof_name, f"failed: {type(exc).__name__}: {exc}")
-            return
-        self._merge_metrics(prof.source, df)
-        state = self._write_extra_tables(prof, out_dir, state)
+
+        frames, tables, states = [], {}, []
+        for i, (_gpu, ids, out_dir) in enumerate(shards):
+            log = out_dir / f"{prof_name}.log"
+            rc, timed_out = outcome.get(i, (1, False))
+            problem = _log_problem(prof_name, log.read_text(errors="replace")
+                                   if log.exists() else "")
+            if problem and "ERR_NVGPUCTRPERM" in problem:
+                self._set_pass(prof_name, f"skipped: {problem}")
+                return
+            if timed_out:
+                states.append(f"failed: timed out after {options.timeout_s:g} s (log: {log})")
+            elif rc != 0:
+                states.append(f"failed: exit {describe_rc(rc)}"
+                              f"{': ' + problem if problem else ''} (log: {log})")
+            try:
+                if prof_name == "torch_profiler":
+                    self._write_torch_profiler_kernels(out_dir, ids)
+                prof.export(out_dir)
+                frames.append(prof.parse(out_dir))
+            except Exception as exc:  # keep the timing results and the raw files whatever happens
+                self._set_pass(prof_name, f"failed: {type(exc).__name__}: {exc}")
+                return
+            try:  # tables besides metrics (ncu: source lines); a failure costs only them
+                for name, table in prof.extra_tables(out_dir).items():
+                    tables.setdefault(name, []).append(table)
+            except Exception as exc:
+                states.append(f"done (source lines failed: {type(exc).__name__}: {exc})")
+        import pandas as pd
+
+        frames = [f for f in frames if len(f)]
+        self._merge_metrics(prof.source, pd.concat(frames, ignore_index=True) if frames
+                            else pd.DataFrame(columns=store.METRIC_COLUMNS))
+        for name, parts in tables.items():
+            store.write_table(self.run_dir, name, pd.concat(parts, ignore_index=True))
         timing = {"wall_s": round(wall, 2), "cases": len(cases), "per_case_s": per_case}
+        if len(shards) > 1:
+            timing["gpus"] = {str(g): len(ids) for g, ids, _ in shards}
         self.manifest = store.update_manifest(
             self.run_dir, profiler_wall_s={**self.manifest.get("profiler_wall_s", {}),
                                            prof_name: timing})
-        self._set_pass(prof_name, state)
+        failed = [st for st in states if st.startswith("failed")]
+        self._set_pass(prof_name, failed[0] if failed else (states[0] if states else "done"))
 
-    def _write_torch_profiler_kernels(self, out_dir: Path) -> None:
+    def _profile_shards(self, prof_name: str, cases: list[str]) -> list[tuple]:
+        """(gpu, case ids, out dir) per profiler process: one on one GPU (raw/<prof>/), else an
+        implementation's cases together on one GPU, each GPU writing raw/<prof>/gpu<i>/."""
+        out_dir = store.raw_dir(self.run_dir, prof_name)
+        gpus = self.executor.profiler_gpus()
+        if len(gpus) <= 1 or len(cases) <= 1:
+            return [(gpus[0] if gpus else None, cases, out_dir)]
+        frame = store.load_cases(self.run_dir)
+        impl_of = dict(zip(frame.case_id, frame.impl))
+        _, cost, _ = self.plan()
+        parts = shard_by_impl(cases, impl_of, cost, len(gpus))
+        return [(g, ids, store.raw_dir(self.run_dir, prof_name, f"gpu{g}"))
+                for g, ids in zip(gpus, parts) if ids]
+
+    def _write_torch_profiler_kernels(self, out_dir: Path, ids: list[str]) -> None:
         from harness.profilers.torch_profiler import KERNELS_FILE
 
         recs = store.read_parts(self.run_dir, "torch_profiler")
-        per_case = {r["case_id"]: r.get("kernels", []) for r in recs if r["status"] == "ok"}
+        keep = set(ids)
+        per_case = {r["case_id"]: r.get("kernels", []) for r in recs
+                    if r["status"] == "ok" and r["case_id"] in keep}
         store.write_json(out_dir / KERNELS_FILE, per_case)
-
-    def _write_extra_tables(self, prof, out_dir: Path, state: str) -> str:
-        """Tables a profiler makes besides metrics (ncu: source_lines); a failure here is noted
-        in the pass state and costs nothing else."""
-        try:
-            for name, table in prof.extra_tables(out_dir).items():
-                store.write_table(self.run_dir, name, table)
-        except Exception as exc:  # the metrics are stored already; keep them
-            return f"{state} (source lines failed: {type(exc).__name__}: {exc})"
-        return state
 
     def _merge_metrics(self, source: str, df) -> None:
         import pandas as pd

@@ -349,3 +349,76 @@ def test_ctrl_c_stops_every_gpu_worker_and_the_run_resumes(tmp_path, test_ops, m
     monkeypatch.setenv("HARNESS_TEST_SLOW_S", "0.01")
     ex.measure(run, ids, {}, {c: 60.0 for c in ids}, "cpu", lambda ev: None)
     assert {r["case_id"] for r in store.read_parts(run, "time")} == set(ids)
+
+
+# -- profiler passes sharded over the GPUs ----------------------------------------------------------
+
+_WRAP = ("import os, pathlib, subprocess, sys; out = pathlib.Path(sys.argv[1]); "
+         "argv = sys.argv[2:]; out.joinpath('seen.json').write_text(__import__('json').dumps("
+         "{'cases': argv[argv.index('--cases') + 1].split(','), "
+         "'gpu': os.environ.get('CUDA_VISIBLE_DEVICES')})); "
+         "sys.exit(subprocess.call(argv))")
+
+
+def test_shard_by_impl_keeps_an_implementation_on_one_gpu():
+    from harness.executors.schedule import shard_by_impl
+    ids = [f"{i}.N={n}" for i in ("a", "b", "c") for n in (1, 2, 3)]
+    impl_of = {c: c.split(".")[0] for c in ids}
+    cost = {c: (30.0 if c.startswith("a") else 1.0) for c in ids}
+    parts = shard_by_impl(ids, impl_of, cost, 2)
+    assert sorted(sum(parts, [])) == sorted(ids)
+    for p in parts:
+        assert len({impl_of[c] for c in p}) >= 1 and p == [c for c in ids if c in p]
+    by_impl = {impl_of[c]: i for i, p in enumerate(parts) for c in p}
+    assert by_impl["a"] != by_impl["b"] == by_impl["c"]  # the heavy one alone
+
+
+@pytest.mark.slow
+def test_profiler_pass_shards_implementations_over_gpus_and_merges(tmp_path, test_ops,
+                                                                   monkeypatch):
+    """One profiler process per GPU, each with whole implementations, its own raw/<prof>/gpu<i>/
+    and part file; the metrics of both land in the run's table."""
+    import pandas as pd
+    from rich.progress import Progress
+
+    from harness.profilers import base
+    from harness.runner import Runner
+
+    class Fake(base.Profiler):
+        name = source = "fakeprof"
+
+        def availability(self):
+            return base.Availability(True, "fake")
+
+        def command(self, worker_argv, out_dir, options):
+            return [sys.executable, "-c", _WRAP, str(out_dir), *worker_argv]
+
+        def parse(self, out_dir):
+            seen = json.loads((out_dir / "seen.json").read_text())
+            return pd.DataFrame([{"case_id": c, "source": "fakeprof", "kernel": "k",
+                                  "name": "gpu", "value": float(seen["gpu"]), "unit": ""}
+                                 for c in seen["cases"]], columns=base.METRIC_COLUMNS)
+
+    monkeypatch.setitem(base._REGISTRY, "fakeprof", Fake)
+    run, ids = _run_dir(tmp_path, ["zeros", "nan"])
+    r = Runner(run, Console(file=open(os.devnull, "w")), GpuExecutor([0, 1]))
+    r.profile_cases = lambda which: ids
+    opts = SimpleNamespace(cases="all", timeout_s=120)
+    with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
+        r.profile(progress, "fakeprof", opts)
+    assert r.passes["fakeprof"] == "done", r.passes
+    m = store.load_metrics(run)
+    gpu_of = dict(zip(m.case_id, m.value))
+    assert set(gpu_of) == set(ids)
+    impl_gpu = {}
+    for c, g in gpu_of.items():
+        impl_gpu.setdefault(c.split(".")[0], set()).add(g)
+    assert all(len(g) == 1 for g in impl_gpu.values()), impl_gpu  # an impl stays on one GPU
+    assert set().union(*impl_gpu.values()) == {0.0, 1.0}             # both GPUs worked
+    for g in (0, 1):
+        assert (run / "raw" / "fakeprof" / f"gpu{g}" / "fakeprof.log").exists()
+    parts = sorted(p.name for p in (run / "parts").iterdir() if p.name.startswith("fakeprof"))
+    assert parts == ["fakeprof.gpu0.jsonl", "fakeprof.gpu1.jsonl"]
+    assert {rec["case_id"] for rec in store.read_parts(run, "fakeprof")} == set(ids)
+    wall = store.load_manifest(run)["profiler_wall_s"]["fakeprof"]
+    assert sorted(wall["gpus"]) == ["0", "1"] and wall["cases"] == len(ids)

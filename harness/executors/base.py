@@ -23,8 +23,12 @@ class Executor:
         raise NotImplementedError
 
     def profiler_gpu(self) -> int | None:
-        """The one GPU the profiler passes run on (None: whatever the process sees)."""
+        """The first GPU the profiler passes run on (None: whatever the process sees)."""
         return None
+
+    def profiler_gpus(self) -> list[int | None]:
+        """The GPUs the profiler passes shard their cases over (one profiler process each)."""
+        return [self.profiler_gpu()]
 
 
 def make_executor(gpus: str | None = None, ray: str | None = None, device: str = "cuda",

@@ -4,7 +4,8 @@ The cases are sharded longest-first onto the GPUs (`schedule.shard`); each GPU c
 only its own shard, one case at a time, so no two timings ever share a GPU. Each worker appends
 to its own parts/<pass>.gpu<i>.jsonl. Ctrl-C stops every worker; a dead or hung worker costs its
 case in flight and its GPU carries on with the rest of its shard (`process.run_shard`).
-The profiler passes run on the first GPU of the run (one ncu report, one nsys report).
+The profiler passes shard their cases likewise: one ncu / nsys process per GPU, each writing its
+own report under raw/<profiler>/gpu<i>/, parsed and merged into the run's tables.
 """
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ class GpuExecutor(Executor):
 
     def profiler_gpu(self) -> int | None:
         return self.gpus[0]
+
+    def profiler_gpus(self) -> list[int | None]:
+        return list(self.gpus)
 
     def plan(self, case_ids: list[str], cost: dict[str, float]) -> dict[int, list[str]]:
         return dict(zip(self.gpus, shard(case_ids, cost, len(self.gpus))))

@@ -8,6 +8,9 @@ Nothing here starts a process or touches a device, so every rule is unit-tested 
     shard(case_ids, cost, n)                   -> n lists, longest first, greedy onto the least
                                                   loaded shard (LPT: within 4/3 of optimal)
     case_timeout_s(est, timing)                -> the watchdog limit of one (pass, case)
+    shard_by_impl(case_ids, impl_of, cost, n)   -> n lists for the profiler passes: an
+                                                  implementation's cases stay together (its
+                                                  compile / warm-up is paid in one process)
 """
 from __future__ import annotations
 
@@ -116,3 +119,20 @@ def case_costs(cases, op, timing, device: str, prev: dict[str, float] | None = N
     return {r.case_id: estimate_s(json.loads(r.params), r.dtype, op, timing, device,
                                   prev.get(r.case_id), trials)
             for r in cases.itertuples()}
+
+
+PROFILE_SETUP_S = 5.0  # a profiler process's per-implementation start-up (import, compile, tune)
+
+
+def shard_by_impl(case_ids: list[str], impl_of: dict[str, str], cost: dict[str, float],
+                  n: int) -> list[list[str]]:
+    """Longest-first greedy assignment of whole implementations onto n shards (cases keep
+    their given order inside a shard); an implementation costs its cases plus a start-up."""
+    groups: dict[str, list[str]] = {}
+    for c in case_ids:
+        groups.setdefault(impl_of.get(c, c), []).append(c)
+    weight = {g: PROFILE_SETUP_S + sum(cost.get(c, 0.0) for c in ids)
+              for g, ids in groups.items()}
+    order = shard(list(groups), weight, n)
+    pos = {c: i for i, c in enumerate(case_ids)}
+    return [sorted((c for g in gs for c in groups[g]), key=pos.__getitem__) for gs in order]

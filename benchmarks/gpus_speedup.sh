@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One sweep on one GPU vs sharded over every GPU of the host (device, repo root, >= 2 GPUs):
+#   benchmarks/gpus_speedup.sh OUT_DIR experiments/flash.yaml
+# Both runs cold (fresh Triton/Inductor caches: each starts from the same state), into one store;
+# then `compare` of the one-GPU run (all cases on GPU 0) with the sharded run: for cases the shard
+# put on GPU 1 that is the GPU 0 vs GPU 1 gap, for the rest an A/A pair on GPU 0.
+set -uo pipefail
+out=$1; exp=$2
+here=$(dirname "$0")
+COLD=1 NAME=one_gpu "$here/walltime.sh" "$out" "${LIMIT1:-330}" "$exp"
+COLD=1 NAME=all_gpus "$here/walltime.sh" "$out" "${LIMIT2:-240}" "$exp" --gpus all
+one=$(grep -o 'run stored at .*' "$out/one_gpu.log" | sed 's/run stored at //')
+all=$(grep -o 'run stored at .*' "$out/all_gpus.log" | sed 's/run stored at //')
+python3 -m harness compare "$one" "$all" --store "$out/store" > "$out/compare.txt" 2>&1
+python3 - "$one" "$all" <<'PY' | tee "$out/gpu_gap.txt"
+import sys, pandas as pd
+from pathlib import Path
+def load(d):
+    r = pd.read_parquet(Path(d) / "results.parquet"); c = pd.read_parquet(Path(d) / "cases.parquet")
+    return r.merge(c[["case_id", "gpu"]], on="case_id")
+a, b = load(sys.argv[1]), load(sys.argv[2])
+m = a.merge(b, on="case_id", suffixes=("_one", "_all")).dropna(subset=["median_ms_one", "median_ms_all"])
+m["gap"] = m["median_ms_all"] / m["median_ms_one"] - 1
+col = "gpu_all" if "gpu_all" in m else None
+groups = m.groupby(col) if col else [("all", m)]
+for g, d in groups:
+    w = d.loc[d["gap"].abs().idxmax()]
+    print(f"sharded run on GPU {g}: {len(d)} cases, median |gap| {d['gap'].abs().median()*100:.2f}%, "
+          f"worst {w['gap']*100:+.2f}% ({w['case_id']})")
+PY
