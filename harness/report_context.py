@@ -22,7 +22,7 @@ import pandas as pd
 from harness import store
 from harness.analysis.compare import compare_samples
 from harness.charts import OCCUPANCY_COLUMNS, occupancy_table, shape_label
-from harness.show import _primary, _v, fmt_bytes, fmt_ms, spread_pct
+from harness.show import _primary, _v, config_cells, fmt_bytes, fmt_ms, spread_pct
 from harness.values import finite as _n
 
 VERDICT_ROOF = re.compile(r"^(memory|compute)-bound at \d+% of the (?:DRAM|compute) roof")
@@ -177,8 +177,12 @@ def cases_table(df: pd.DataFrame, cpu: bool, primary: str, baseline: str) -> dic
         if has_ncu:
             cols, align = cols + ["occ %", "regs", "top stall"], align + "rrl"
         cols, align = cols + ["verdict"], align + "l"
+    records = df.to_dict("records")
+    configs = config_cells(records)  # the launch config, where it varies between cases
+    if configs is not None:
+        cols, align = cols + [configs[0]], align + "l"
     rows = []
-    for r in df.to_dict("records"):
+    for i, r in enumerate(records):
         cells = [_shape(r["params"]) + f" {_dt(r['dtype'])}", f"`{r['impl']}`",
                  OK_MARK.get(r["status"], r["status"]), fmt_ms(r.get("median_ms")),
                  spread_pct(r), "-" if _n(r.get("n_samples")) is None
@@ -202,6 +206,8 @@ def cases_table(df: pd.DataFrame, cpu: bool, primary: str, baseline: str) -> dic
             if has_roof:  # the % is in its own column: "memory-bound at 92% of the DRAM roof"
                 v = VERDICT_ROOF.sub(r"\1-bound", v)
             cells.append(v)
+        if configs is not None:
+            cells.append(configs[1][i])
         rows.append(cells)
     return table(cols, rows, align)
 

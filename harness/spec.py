@@ -233,13 +233,13 @@ def _one_line(exc: ValidationError, data: dict) -> str:
     loc = [x for x in loc if not x.startswith(("list[", "dict[", "function-")) and x not in
            ("bool", "int", "float", "str", "literal['first','all']", "NcuOptions", "NsysOptions",
             "NamedConfig")]
-    field = ".".join(loc) or "(top level)"
+    field = _path(loc) or "(top level)"
     etype = err["type"]
     if etype == "extra_forbidden":
         parent = loc[:-1]
         model = _model_at(parent)
         valid = ", ".join(model.model_fields) if model else "?"
-        where = ".".join(parent) or "top level"
+        where = _path(parent) or "top level"
         return f"unknown key {loc[-1]!r} at {where} (valid keys: {valid})"
     if etype == "missing":
         return f"{field}: required key is missing"
@@ -247,6 +247,14 @@ def _one_line(exc: ValidationError, data: dict) -> str:
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
     return f"{field}: {msg} (got {err.get('input')!r})"
+
+
+def _path(loc: list[str]) -> str:
+    """['candidates', '1', 'name'] -> 'candidates[1].name'."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
+    return out
 
 
 def _model_at(path: list[str]):

@@ -86,9 +86,13 @@ def candidates(exp) -> list[Candidate]:
 def validate(exp, op, source: str) -> None:
     valid_impls = ", ".join(sorted(op.impls))
     tunable_impls = ", ".join(sorted(n for n, i in op.impls.items() if i.tuners)) or "(none)"
-    names = {c if isinstance(c, str) else c.name for c in exp.candidates}
+    names: set[str] = set()
     for i, c in enumerate(exp.candidates):
         where = f"{source}: candidates[{i}]"
+        name = c if isinstance(c, str) else c.name
+        if name in names:
+            raise SpecError(f"{where}: {name!r} is given twice; give each candidate once")
+        names.add(name)
         if isinstance(c, str):
             if c not in op.impls:
                 raise SpecError(f"{where}: {c!r} is not an implementation of op {op.name!r} "
