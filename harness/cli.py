@@ -79,7 +79,7 @@ def _cmd_list(a, console: Console) -> int:
     console.print(t)
     for name, err in reg.broken.items():
         console.print(f"[red]kernels/{name} failed to import:[/] {err}")
-    exps = sorted(Path(a.experiments).glob("*.yaml"))
+    exps = sorted(Path(a.experiments).glob("**/*.yaml"))
     if exps:
         from harness import spec
 
