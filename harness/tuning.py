@@ -58,10 +58,10 @@ class PickLog:
     """The picks made within a `recording()` block, one per (tuner, key), in call order."""
 
     def __init__(self) -> None:
-        self.picks: dict[tuple[str, str], tuple[dict, str]] = {}
+        self.picks: dict[tuple[str, Any], tuple[dict, str]] = {}
 
-    def add(self, tuner: str, key: str, config: dict, source: str) -> None:
-        self.picks[(tuner, key)] = (dict(config), source)
+    def add(self, tuner: str, key: Any, config: dict, source: str) -> None:
+        self.picks[(tuner, key)] = (config, source)
 
     def configs(self) -> dict[str, dict]:
         """{tuner: config}; a tuner picked for several keys in one case (e.g. two GEMMs of
@@ -94,11 +94,15 @@ def recording() -> Iterator[PickLog]:
         _LOG.reset(token)
 
 
+def recording_active() -> bool:
+    return _LOG.get() is not None
+
+
 def record(tuner: str, key: Any, config: dict, source: str) -> None:
-    """Called by a Tuner on every pick (a no-op outside `recording()`)."""
+    """Called by a Tuner on every pick (a no-op outside `recording()`); `key` is hashable."""
     log = _LOG.get()
     if log is not None:
-        log.add(tuner, repr(key), config, source)
+        log.add(tuner, key, config, source)
 
 
 # -- picks persisted across worker processes ---------------------------------------------------

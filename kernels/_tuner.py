@@ -94,6 +94,8 @@ class Tuner:
                 raise ValueError(f"{name}: rule {r.text!r} names unknown field {unknown[0]!r}")
         self.best: dict[Hashable, Any] = {}
         self.sources: dict[Hashable, str] = {}
+        self._dicts: dict[Any, dict] = {}
+        self._forced_picks: dict[Hashable, Any] = {}
 
     # -- what the harness validates a YAML config against ------------------------------------
     def valid_values(self, field: str) -> tuple:
@@ -137,11 +139,19 @@ class Tuner:
             raise ValueError(f"{self.name}: no candidate configurations for {key!r}")
         fixed = tuning.forced(self.name) if self.fields else None
         if fixed:
-            cfg, source = self._forced(key, candidates, launch, fixed), "forced"
+            fkey = (key, tuple(sorted(fixed.items())))
+            cfg = self._forced_picks.get(fkey)
+            if cfg is None:
+                cfg = self._forced_picks[fkey] = self._forced(key, candidates, launch, fixed)
+            source = "forced"
         else:
             cfg = self._best(key, candidates, launch)
             source = self.sources[key]
-        tuning.record(self.name, key, self.as_dict(cfg), source)
+        if tuning.recording_active():  # every call of a timed loop passes here: keep it cheap
+            d = self._dicts.get(cfg)
+            if d is None:
+                d = self._dicts[cfg] = self.as_dict(cfg)
+            tuning.record(self.name, key, dict(d), source)
         return cfg
 
     def _forced(self, key, candidates, launch, fixed: dict):
