@@ -5,7 +5,8 @@ configs on an H200); kept to re-check it on a new Triton or GPU.
     python3 benchmarks/compile_parallel.py            # runs each mode in a fresh process with a
                                                       # cold TRITON_CACHE_DIR and prints seconds
 Modes: serial (warmup one config after another, as the Tuner did before `precompile`),
-threads (a ThreadPoolExecutor of warmups, what the Tuner does now), async (triton's AsyncCompileMode, if present).
+threads (a ThreadPoolExecutor of warmups, what the Tuner does now), async (triton's
+AsyncCompileMode, if present).
 """
 import os
 import subprocess

@@ -3,8 +3,8 @@
     candidates:
       - triton_flash                                         # the Tuner picks per shape
       - {name: fa_m64, impl: triton_flash, config: {BLOCK_M: 64, BLOCK_N: 64}}
-    variants:                                                # one candidate per combination
-      triton_flash: {BLOCK_M: [64, 128], num_stages: [2, 3]}  # -> triton_flash[BLOCK_M=64,num_stages=2] ...
+    variants:                                  # one candidate per combination:
+      triton_flash: {BLOCK_M: [64, 128], num_stages: [2, 3]}  # triton_flash[BLOCK_M=64,...]
 
 A config names an impl's tunables (`harness list` shows them; `dq.BLOCK_M` for a kernel's second
 Tuner): all of a Tuner's fields force that launch configuration, some of them restrict the
