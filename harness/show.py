@@ -72,14 +72,31 @@ def parse_config(raw) -> dict[str, dict]:
     return raw if isinstance(raw, dict) else {}
 
 
-def flat_config(cfg: dict[str, dict], many_tuners: bool) -> dict[str, object]:
-    """{tuner: {field: v}} -> {field: v}, or {<tuner's last name part>.field: v} when the run
-    has several tuners (attention.flash_bwd.dq -> dq.BLOCK_M)."""
+def tuner_prefixes(rows: list[dict]) -> dict[str, str]:
+    """Tuner name -> the prefix its fields have as tunables of the rows' impls ("" for an
+    impl's unprefixed Tuner), so that shown names match the YAML (`dq.BLOCK_M`)."""
+    from harness.registry import registry
+
+    out: dict[str, str] = {}
+    for op_name, impl in {(r.get("op"), r.get("base_impl") or r.get("impl")) for r in rows}:
+        try:
+            tuners = registry().get_op(op_name).impls[impl].tuners
+        except Exception:  # an op or impl no longer registered: tuner names as recorded
+            continue
+        for prefix, t in tuners.items():
+            out.setdefault(t.name, prefix)
+    return out
+
+
+def flat_config(cfg: dict[str, dict], many_tuners: bool,
+                prefixes: dict[str, str] | None = None) -> dict[str, object]:
+    """{tuner: {field: v}} -> {field: v}; with several tuners in the run, fields are prefixed
+    as the impl's tunables are (`prefixes`), else by the tuner name's last part."""
     out = {}
     for tuner, fields in cfg.items():
-        short = tuner.split(".")[-1]
+        prefix = (prefixes or {}).get(tuner, tuner.split(".")[-1]) if many_tuners else ""
         for k, v in (fields or {}).items():
-            out[f"{short}.{k}" if many_tuners else k] = v
+            out[f"{prefix}.{k}" if prefix else k] = v
     return out
 
 
@@ -90,7 +107,8 @@ def config_cells(rows: list[dict]) -> tuple[str, list[str]] | None:
     field varies (the column is left out)."""
     cfgs = [parse_config(r.get("config")) for r in rows]
     many = len({t for c in cfgs for t in c}) > 1
-    flats = [flat_config(c, many) for c in cfgs]
+    prefixes = tuner_prefixes(rows) if many else {}
+    flats = [flat_config(c, many, prefixes) for c in cfgs]
     keys = list(dict.fromkeys(k for f in flats for k in f))
     varying = [k for k in keys if len({json.dumps(f.get(k)) for f in flats if f}) > 1 or
                any(f and k not in f for f in flats)]

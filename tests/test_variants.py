@@ -166,3 +166,22 @@ def test_cases_table_records_the_candidate_and_the_impl_it_runs(tmp_path):
     assert row.base_impl == "triton_flash" and json.loads(row.forced_config) == {"BLOCK_M": 64}
     plain = df[df.impl == "triton_flash"].iloc[0]
     assert plain.base_impl == "triton_flash" and not isinstance(plain.forced_config, str)
+
+
+def test_show_prints_the_config_compactly_only_where_it_varies():
+    from harness.show import config_cells
+
+    def row(impl, cfg, source="forced"):
+        return {"op": "attention", "base_impl": "triton_flash", "impl": impl,
+                "config": json.dumps(cfg) if cfg else None, "config_source": source}
+
+    fwd = "attention.flash_fwd"
+    rows = [row("triton_flash", {fwd: {"BLOCK_M": 128, "BLOCK_N": 64}}, "tuned"),
+            row("triton_flash[BLOCK_M=64]", {fwd: {"BLOCK_M": 64, "BLOCK_N": 64}}),
+            {"op": "attention", "impl": "sdpa_cudnn", "config": None}]
+    assert config_cells(rows) == ("config BLOCK_M", ["128", "64 (forced)", "-"])
+    assert config_cells(rows[:1] + rows[2:]) is None  # one config: nothing varies
+    dq = "attention.flash_bwd.dq"
+    both = [row("a", {fwd: {"BLOCK_M": 128}, dq: {"BLOCK_M": 64}}),
+            row("b", {fwd: {"BLOCK_M": 128}, dq: {"BLOCK_M": 32}})]
+    assert config_cells(both) == ("config dq.BLOCK_M", ["64 (forced)", "32 (forced)"])
