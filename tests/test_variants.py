@@ -185,3 +185,27 @@ def test_show_prints_the_config_compactly_only_where_it_varies():
     both = [row("a", {fwd: {"BLOCK_M": 128}, dq: {"BLOCK_M": 64}}),
             row("b", {fwd: {"BLOCK_M": 128}, dq: {"BLOCK_M": 32}})]
     assert config_cells(both) == ("config dq.BLOCK_M", ["64 (forced)", "32 (forced)"])
+
+
+def test_variant_names_survive_parquet_the_report_and_the_dashboard_table(tmp_path):
+    from dashboard import data
+    from harness import report_context, store
+    from harness.analysis.summary import summary_frame
+    from harness.results import cases_frame
+
+    exp = load(tmp_path, BASE + "variants: {triton_flash: {BLOCK_M: [64, 128]}}\n")
+    cases = cases_frame(spec.expand(exp))
+    run = store.create_run(tmp_path / "runs", "v", {"experiment": exp.model_dump(mode="json"),
+                                                    "device": "cuda"})
+    store.write_table(run, "cases", cases.assign(status="ok"))
+    configs = [json.dumps({"attention.flash_fwd": {"BLOCK_M": 64 if "64" in i else 128}})
+               for i in cases.impl]
+    store.write_table(run, "results", cases[["case_id"]].assign(
+        median_ms=1.0, config=configs, config_source="forced", code_hash="0123456789ab"))
+    df = summary_frame(run)
+    assert "triton_flash[BLOCK_M=128]" in set(df.impl)
+    table = data.summary_table(df, cpu=False)
+    assert list(table["config BLOCK_M"][:3]) == ["128 (forced)", "64 (forced)", "128 (forced)"]
+    md = report_context.cases_table(df, cpu=False, primary="tflops", baseline="triton_flash")
+    assert md["columns"][-1] == "config BLOCK_M"
+    assert any(r[1] == "`triton_flash[BLOCK_M=64]`" for r in md["rows"])
