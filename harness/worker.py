@@ -144,7 +144,10 @@ class Worker:
         if self.device == "cuda":  # one more call, outside the samples: what was compiled
             from harness.provenance import compiled_kernels
 
-            rec["compiled"] = compiled_kernels(fn, impl.fn, self._sync)
+            try:
+                rec["compiled"] = compiled_kernels(fn, impl.fn, self._sync)
+            except Exception as exc:  # provenance never fails a timed case; say why it is absent
+                rec["compiled"], rec["compiled_error"] = None, _one_line(exc)
         else:  # the interpreter compiles nothing
             rec["compiled"] = []
         return rec
@@ -253,12 +256,16 @@ class Worker:
         """config (JSON {tuner: {field: value}}), config_source, code_hash of this case."""
         from harness.provenance import autotune_picks, code_hash
 
-        if impl.name not in self.code_hashes:
-            self.code_hashes[impl.name] = code_hash(impl.fn)
         configs, source = log.configs(), log.source()
-        if not configs and impl.backend == "triton":
-            configs = autotune_picks(impl.fn)
-            source = "autotune" if configs else None
+        try:
+            if impl.name not in self.code_hashes:
+                self.code_hashes[impl.name] = code_hash(impl.fn)
+            if not configs and impl.backend == "triton":
+                configs = autotune_picks(impl.fn)
+                source = "autotune" if configs else None
+        except Exception:  # provenance never fails a case: what is missing stays empty
+            traceback.print_exc()
+            self.code_hashes.setdefault(impl.name, None)
         return {"config": json.dumps(configs, sort_keys=False) if configs else None,
                 "config_source": source, "code_hash": self.code_hashes[impl.name]}
 
