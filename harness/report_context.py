@@ -345,6 +345,16 @@ def hot_lines(run_dir: Path, n: int = 5) -> list[dict]:
     return out
 
 
+def candidate_labels(exp: dict) -> list[str]:
+    """The experiment's candidates for the header line: names as given (a named config by its
+    name), a variant grid as `impl[k1,k2] x N` rather than N names."""
+    out = [c if isinstance(c, str) else str(c.get("name")) for c in exp.get("candidates") or []]
+    for impl, grid in (exp.get("variants") or {}).items():
+        n = int(np.prod([len(v) if isinstance(v, list) else 1 for v in grid.values()]))
+        out.append(f"{impl}[{','.join(grid)}] x{n}")
+    return out
+
+
 def build(run_dir: Path, df: pd.DataFrame, store_arg: str, calibration: dict | None) -> dict:
     """The whole context minus charts and the comparison (report.py adds those)."""
     m = store.load_manifest(run_dir)
@@ -360,7 +370,7 @@ def build(run_dir: Path, df: pd.DataFrame, store_arg: str, calibration: dict | N
     return {
         "title": f"{exp['name']} on {where}",
         "run_id": m["run_id"], "op": exp["op"], "baseline": exp.get("baseline"),
-        "candidates": list(exp.get("candidates") or []), "n_cases": len(df),
+        "candidates": candidate_labels(exp), "n_cases": len(df),
         "status": m.get("status"), "description": exp.get("description") or "",
         "cpu": cpu, "primary": primary,
         "headline": headline(df, exp.get("baseline"), cpu),
