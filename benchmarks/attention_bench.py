@@ -1,24 +1,29 @@
-"""Attention on the GPU, outside the harness: is triton_flash correct, how fast is it next to the
-SDPA kernels, and which launch configuration wins? One device call, under 4 minutes.
+"""Attention on the GPU, outside the harness: is triton_flash correct and how fast is it next to
+the SDPA kernels, over the whole N range? One device call, under 4 minutes.
 
     PYTHONPATH=. python3 benchmarks/attention_bench.py                   # everything below
     PYTHONPATH=. python3 benchmarks/attention_bench.py --modes fwd --d 128 --causal 0
-    PYTHONPATH=. python3 benchmarks/attention_bench.py --d 128 --causal 0 --modes fwd --wide
+
+Launch-configuration sweeps moved into the harness: experiments/tune/flash_fwd_configs.yaml
+and flash_bwd_configs.yaml (each config a variant: checked, timed, ncu-profiled, stored), and
+every harness run records the configuration the Tuner chose per case (results `config`). What
+stays here is what a harness run does not give in one go: a single process that walks every
+(mode, D, causal, N) under a wall-clock budget and prints one compact TFLOP/s table with the
+ratios to the peers, plus the peak-memory ratio of the forward -- a quick survey before the
+harness runs (experiments/flash.yaml, flash_bwd.yaml) that measure the same shapes properly.
 
 Shapes: 16k tokens (B = 16384 / N), H = 16, N in 2048..16384, D 64 and 128, causal and not,
 fp16, forward and backward (the backward measured as autograd.grad with the forward done
 beforehand: the op's own binder, exactly as the harness measures it).
 
 Output, in order: one line per shape as it is measured (correctness of triton_flash by the
-harness rule, the configurations the Tuner chose, peak memory); the config sweep at one N per
-(mode, D, causal), every configuration's time with the winner marked; last, the compact table of
-TFLOP/s (median of triton.testing.do_bench, L2 flushed) and triton_flash's ratios to sdpa_flash,
-sdpa_cudnn and naive.
+harness rule, peak memory); last, the compact table of TFLOP/s (median of
+triton.testing.do_bench, L2 flushed) and triton_flash's ratios to sdpa_flash, sdpa_cudnn and
+naive.
 """
 from __future__ import annotations
 
 import argparse
-import itertools
 import sys
 import time
 from pathlib import Path
@@ -31,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.correctness import compare  # noqa: E402
 from harness.registry import Params  # noqa: E402
-from kernels.attention import flash_bwd, flash_fwd, op  # noqa: E402
+from kernels.attention import op  # noqa: E402
 
 TOKENS, HEADS = 16384, 16
 DEFAULT_IMPLS = "triton_flash,sdpa_flash,sdpa_cudnn,naive"
@@ -84,17 +89,6 @@ def peak_ratio(p: Params, dtype) -> float:
     return (3 * e + extra) / (4 * e)
 
 
-def tuner_choice(p: Params, dtype) -> str:
-    key = (p.B, p.H, p.N, p.D, p.causal, dtype)
-    parts = []
-    if p.mode in ("fwd", "fwd_bwd"):
-        parts.append(f"fwd{flash_fwd._tuner.best.get(('fwd', *key))}")
-    if p.mode in ("bwd", "fwd_bwd"):
-        parts.append(f"dkdv{flash_bwd._tuner.best.get(('dkdv', *key))}")
-        parts.append(f"dq{flash_bwd._tuner.best.get(('dq', *key))}")
-    return " ".join(parts)
-
-
 def measure(p: Params, impl: str, dtype, rep: int):
     """(TFLOP/s, note); TFLOP/s is None when the impl cannot run or fails."""
     im = op.get_impl(impl)
@@ -113,48 +107,6 @@ def measure(p: Params, impl: str, dtype, rep: int):
         return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
 
 
-def sweep(p: Params, dtype, rep: int, wide: bool) -> list[str]:
-    """Time every launch configuration of triton_flash for one shape; lines to print."""
-    q, k, v, *rest = inputs_for(p, dtype)
-    lines = [f"-- config sweep: {p.mode} D={p.D} causal={p.causal} N={p.N} B={p.B}"]
-    fwd_p = params("fwd", p.D, p.causal, p.N)
-    if p.mode == "fwd":
-        cands = flash_fwd.FWD_CONFIGS[p.D]
-        if wide:
-            cands = [c for c in itertools.product((64, 128), (32, 64, 128), (4, 8), (2, 3, 4))
-                     if c[0] % c[1] == 0]
-        groups = [("fwd", cands, lambda c: flash_fwd.flash_forward(q, k, v, p.causal, config=c),
-                   fwd_p)]
-    else:
-        do = rest[0]
-        o, lse = flash_fwd.flash_forward(q, k, v, p.causal)
-        dq_default = flash_bwd.DQ_CONFIGS[p.D][0]
-        dkdv_default = flash_bwd.DKDV_CONFIGS[p.D][0]
-        groups = [
-            ("dkdv", flash_bwd.DKDV_CONFIGS[p.D],
-             lambda c: flash_bwd.flash_backward(q, k, v, o, lse, do, p.causal, dkdv_config=c,
-                                                dq_config=dq_default), p),
-            ("dq", flash_bwd.DQ_CONFIGS[p.D],
-             lambda c: flash_bwd.flash_backward(q, k, v, o, lse, do, p.causal,
-                                                dkdv_config=dkdv_default, dq_config=c), p),
-        ]
-    for name, cands, run, fp in groups:
-        rows = []
-        for c in cands:
-            try:
-                run(c)
-                torch.cuda.synchronize()
-                rows.append((bench_ms(lambda: run(c), rep), c))
-            except Exception as exc:
-                lines.append(f"   {name} {c}: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}")
-        best = min(rows, default=None)
-        for ms, c in sorted(rows):
-            mark = "  <- best" if best and c == best[1] else ""
-            lines.append(f"   {name:4s} {str(c):18s} {ms:8.3f} ms  {tflops(fp, ms):6.1f} TFLOP/s"
-                         f" (whole {p.mode}){mark}")
-    return lines
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--modes", default="fwd,bwd")
@@ -166,9 +118,6 @@ def main(argv=None) -> int:
                          f"fused_mha, torch_compile)")
     ap.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
     ap.add_argument("--rep", type=int, default=100, help="do_bench rep (ms)")
-    ap.add_argument("--sweep-n", type=int, default=8192, help="N of the config sweep; 0: none")
-    ap.add_argument("--wide", action="store_true",
-                    help="forward sweep over a wide tile grid (narrow --d/--causal first)")
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--budget-s", type=float, default=180.0,
                     help="stop starting new shapes after this many seconds")
@@ -202,7 +151,7 @@ def main(argv=None) -> int:
                 row[impl] = tf
                 if note:
                     notes.append(f"{impl}: {note}")
-            info = [tuner_choice(p, dtype)]
+            info = []
             if not a.no_check:
                 info.append(check(p, dtype))
             if mode == "fwd":
@@ -211,13 +160,6 @@ def main(argv=None) -> int:
                   ("" if not notes else " | " + "; ".join(notes)), flush=True)
             table.append(row)
             torch.cuda.empty_cache()
-    if a.sweep_n:
-        for mode, D, causal in order:
-            if time.time() - t0 > a.budget_s + 30:
-                print(f"budget spent: no sweep for {mode} D={D} causal={causal}")
-                continue
-            for line in sweep(params(mode, D, causal, a.sweep_n), dtype, a.rep // 2, a.wide):
-                print(line, flush=True)
     _print_table(table, impls)
     print(f"# {time.time() - t0:.0f} s")
     return 0

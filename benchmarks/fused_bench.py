@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python3 benchmarks/fused_bench.py                     # everything (< 4 min)
     PYTHONPATH=. python3 benchmarks/fused_bench.py --ops layernorm,mlp --dtypes float16
-    PYTHONPATH=. python3 benchmarks/fused_bench.py --quick             # first shape, no configs
+    PYTHONPATH=. python3 benchmarks/fused_bench.py --quick             # first shape only
 
 For each op, at one or two large shapes and each dtype:
   1. the Triton implementation(s) are checked against the reference (harness.correctness.check,
@@ -11,11 +11,16 @@ For each op, at one or two large shapes and each dtype:
      samples; do_bench flushes the L2 before each sample, as the harness does);
   3. GB/s (memory-bound ops) or TFLOP/s (matmul ops) from the op's own bytes()/flops(), the
      percentage of a copy bandwidth measured here (1 GiB device-to-device copy, read + write),
-     and the ratios vs eager and vs torch.compile;
-  4. (fp16, unless --no-configs) the Triton kernel's alternative launch configurations are timed
-     one by one and the winner printed next to the default.
+     and the ratios vs eager and vs torch.compile.
 The compact table comes last. `--dry-run` runs the same code on the CPU (Triton interpreter,
 tiny shapes, wall-clock timing) to check the script itself; its numbers mean nothing.
+
+The launch-configuration sweeps moved into the harness as experiments/tune/*_configs.yaml
+(vector_add, layernorm, layernorm_bwd, add_layernorm, linear_gelu, mlp_fused, groupnorm_mish):
+each configuration is a variant there, checked, timed, ncu-profiled and stored like any
+candidate. What stays here is what a harness run does not print: every fused op in one process
+in a few minutes, each rate as a percentage of a device-to-device copy measured in the same
+process, and the cuBLAS GEMM alone next to the Triton matmul (how close the GEMM itself is).
 """
 from __future__ import annotations
 
@@ -40,12 +45,7 @@ if str(ROOT) not in sys.path:
 
 from harness.correctness import TORCH_DTYPES, check  # noqa: E402
 from harness.registry import Params, get_op  # noqa: E402
-from kernels.groupnorm_mish import triton_groupnorm_mish as tgm  # noqa: E402
-from kernels.layernorm import triton_layernorm as tln  # noqa: E402
-from kernels.layernorm import triton_layernorm_bwd as tlb  # noqa: E402
-from kernels.linear_gelu import triton_matmul as tm  # noqa: E402
 from kernels.mlp import triton_mlp  # noqa: E402
-from kernels.vector_add import triton_vector_add as tva  # noqa: E402
 
 WARMUP_MS, REP_MS = 25, 100
 DEVICE = "cuda"
@@ -126,81 +126,10 @@ def _empty_cache() -> None:
         torch.cuda.empty_cache()
 
 
-# -- alternative launch configurations, per bench: (label, zero-arg call) --------------------
-
-def config_calls(bench: str, inputs: tuple, p: Params, out):
-    if bench == "vector_add":
-        x, y = inputs
-        return [(f"BLOCK={c[0]} w{c[1]}", lambda c=c: tva.vector_add(x, y, out=out, config=c))
-                for c in tva.CONFIGS]
-    if bench == "layernorm":
-        x, w, b = inputs
-        return [(f"ROWS={c[0]} w{c[1]}",
-                 lambda c=c: tln.layernorm_fwd(x, w, b, out=out, config=c))
-                for c in tln.configs(p.M, p.N, x.element_size())]
-    if bench == "layernorm_bwd":
-        x, w, b, dy = inputs
-        _, mean, rstd = tln.layernorm_fwd(x, w, b, stats=True)
-        return [(f"{c[0]}/SM ROWS={c[1]} w{c[2]}",
-                 lambda c=c: tlb.layernorm_bwd(dy, x, w, mean, rstd, config=c))
-                for c in tlb.configs(p.M, p.N, x.element_size())]
-    if bench == "add_layernorm":
-        x, r, w, b = inputs
-        return [(f"ROWS={c[0]} w{c[1]}",
-                 lambda c=c: tln.layernorm_fwd(x, w, b, residual=r, out=out[1], h_out=out[0],
-                                               config=c))
-                for c in tln.configs(p.M, p.N, x.element_size())]
-    if bench == "linear_gelu":
-        x, w, b = inputs
-        act = "gelu" if p.approximate == "none" else "gelu_tanh"
-        return [(c.label(), lambda c=c: tm.matmul_bias_act(x, w, b, act=act, out=out, config=c))
-                for c in tm.CONFIGS]
-    if bench == "mlp":
-        x, w1, b1, w2, b2 = inputs
-        act = "gelu" if p.approximate == "none" else "gelu_tanh"
-        if p.D <= triton_mlp.MAX_FUSED_D:
-            return [(f"fused BM={c.block_m} BH={c.block_h} w{c.num_warps} s{c.num_stages}",
-                     lambda c=c: triton_mlp.mlp_fused(x, w1, b1, w2, b2, act=act, out=out,
-                                                      config=c))
-                    for c in triton_mlp.FUSED_CONFIGS]
-
-        def two(c):
-            h = tm.matmul_bias_act(x, w1, b1, act=act, config=c)
-            return tm.matmul_bias_act(h, w2, b2, out=out, config=c)
-
-        return [(f"both GEMMs {c.label()}", lambda c=c: two(c)) for c in tm.CONFIGS]
-    if bench == "groupnorm_mish":
-        x, w, b = inputs
-        cpg, hw = p.C // p.G, p.H * p.W
-        calls = []
-        for c in tgm.configs(cpg, hw):
-            cb, hb, one = tgm.tile(cpg, hw, c[0])
-            label = f"{'one tile' if one else 'two-pass'} {cb}x{hb} w{c[1]}"
-            calls.append((label, lambda c=c: tgm.groupnorm_mish(x, p.G, w, b, out=out, config=c)))
-        return calls
-    return []
-
-
-def sweep_configs(bench: str, inputs, p, out) -> list[str]:
-    lines, best = [], None
-    for i, (label, fn) in enumerate(config_calls(bench, inputs, p, out)):
-        try:
-            ms = bench_ms(fn)
-        except Exception as exc:  # a config that does not compile here (shared memory, regs)
-            lines.append(f"    {label:<44} failed: {type(exc).__name__}: {str(exc)[:80]}")
-            continue
-        lines.append(f"    {label:<44} {ms * 1e3:9.1f} us{'  (default)' if i == 0 else ''}")
-        if best is None or ms < best[1]:
-            best = (label, ms)
-    if best:
-        lines.append(f"    winner: {best[0]} ({best[1] * 1e3:.1f} us)")
-    return lines
-
-
 # -- one (bench, shape, dtype) ------------------------------------------------------------------
 
-def run_case(bench: str, op_name: str, shape: dict, dtype: str, copy_bps: float,
-             do_configs: bool) -> tuple[list[Row], list[str]]:
+def run_case(bench: str, op_name: str, shape: dict, dtype: str, copy_bps: float
+             ) -> tuple[list[Row], list[str]]:
     op = get_op(op_name)
     p = Params({pp.name: shape.get(pp.name, pp.default) for pp in op.params})
     tdtype = TORCH_DTYPES[dtype]
@@ -250,10 +179,6 @@ def run_case(bench: str, op_name: str, shape: dict, dtype: str, copy_bps: float,
         f = 2.0 * inputs[0].shape[0] * inputs[1].shape[0] * inputs[0].shape[1]
         rows.append(Row(bench, shape_s, dtype, name, ms, f / (ms * 1e-3) / 1e12, "TFLOP/s",
                         None, None, None, "-"))
-    if do_configs:
-        out = op.make_out(inputs, p)
-        notes.append("  Triton launch configurations (time per call):")
-        notes += sweep_configs(bench, inputs, p, out)
     del inputs
     _empty_cache()
     return rows, notes
@@ -279,8 +204,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", default=",".join(BENCHES),
                     help=f"comma-separated, from: {', '.join(BENCHES)}")
     ap.add_argument("--dtypes", default="float16,bfloat16")
-    ap.add_argument("--quick", action="store_true", help="first shape only, no config sweeps")
-    ap.add_argument("--no-configs", action="store_true", help="skip the launch-config sweeps")
+    ap.add_argument("--quick", action="store_true", help="first shape only")
     ap.add_argument("--dry-run", action="store_true",
                     help="CPU + Triton interpreter, tiny shapes: checks the script, not speed")
     a = ap.parse_args(argv)
@@ -311,9 +235,8 @@ def main(argv=None) -> int:
         for shape in shapes[:1] if a.quick else shapes:
             for dtype in dtypes:
                 t0 = time.time()
-                do_configs = not (a.quick or a.no_configs) and dtype == dtypes[0]
                 try:
-                    r, notes = run_case(bench, op_name, shape, dtype, copy_bps, do_configs)
+                    r, notes = run_case(bench, op_name, shape, dtype, copy_bps)
                 except Exception:
                     failures += 1
                     print(f"== {bench} {shape} {dtype}: FAILED\n{traceback.format_exc()}",

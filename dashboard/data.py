@@ -294,6 +294,13 @@ def summary_table(df: pd.DataFrame, cpu: bool) -> pd.DataFrame:
             out[name] = df[col]
     out["flags"] = df.get("flags", pd.Series([None] * len(df))).apply(
         lambda v: "; ".join(_flags(v)))
+    from harness.show import config_cells
+
+    configs = config_cells(df.to_dict("records"))  # launch config, where it varies
+    if configs is not None:
+        out[configs[0]] = configs[1]
+    if "code_hash" in df and df["code_hash"].dropna().nunique() > 1:
+        out["code"] = df["code_hash"]
     out = out.dropna(axis=1, how="all")
     return out.round(4)
 

@@ -71,14 +71,15 @@ def _cmd_list(a, console: Console) -> int:
 
     reg = registry()
     t = Table(title="ops and implementations", header_style="bold")
-    for c in ("op", "impl", "backend", "params", "description"):
+    cols = ("op", "impl", "backend", "params", "tunables", "description")
+    for c in cols:
         t.add_column(c)
     for row in describe(reg):
-        t.add_row(*(str(row[c]) for c in ("op", "impl", "backend", "params", "description")))
+        t.add_row(*(str(row[c]) for c in cols))
     console.print(t)
     for name, err in reg.broken.items():
         console.print(f"[red]kernels/{name} failed to import:[/] {err}")
-    exps = sorted(Path(a.experiments).glob("*.yaml"))
+    exps = sorted(Path(a.experiments).glob("**/*.yaml"))
     if exps:
         from harness import spec
 
@@ -89,8 +90,8 @@ def _cmd_list(a, console: Console) -> int:
             try:
                 exp = spec.load(path)
                 n = len(spec.expand(exp))
-                t.add_row(str(path), exp.name, exp.op, exp.baseline, ", ".join(exp.candidates),
-                          str(n))
+                t.add_row(str(path), exp.name, exp.op, exp.baseline,
+                          ", ".join(exp.impl_names()[1:]), str(n))
             except HarnessError as exc:
                 t.add_row(str(path), "[red]invalid[/]", "", "", str(exc), "")
         console.print(t)

@@ -11,7 +11,8 @@ An op folder's `__init__.py` builds one `Op` and registers implementations on it
     @op.reference                                  # computed in the inputs' dtype
     def reference(x): return torch.softmax(x, dim=-1)
 
-    @op.impl("triton", backend="triton", accepts_out=True, expected_kernels=1)
+    @op.impl("triton", backend="triton", accepts_out=True, expected_kernels=1,
+             tuners=triton_softmax._tuner)     # its launch-config fields become tunables
     def softmax_triton(x, *, out=None): ...
 
 Nothing in `harness/` branches on an op or implementation name: the op object carries everything
@@ -62,6 +63,16 @@ class Params(dict):
 Availability = Callable[[Params, str, str], "str | None"]  # (params, dtype, device) -> reason
 
 
+def _tuner_map(tuners) -> dict[str, Any]:
+    """`tuners=` of a registration -> {prefix: tuner}: one Tuner (its fields unprefixed) or a
+    mapping {prefix: Tuner} ("" for the unprefixed one), e.g. {"": fwd, "dq": dq_tuner}."""
+    if tuners is None:
+        return {}
+    if isinstance(tuners, Mapping):
+        return dict(tuners)
+    return {"": tuners}
+
+
 @dataclass
 class Impl:
     """One implementation of an op.
@@ -78,6 +89,26 @@ class Impl:
     unavailable: Availability | None = None
     expected_kernels: int | Callable[[Params], int] | None = None
     description: str = ""
+    tuners: dict[str, Any] = field(default_factory=dict)  # prefix -> kernels._tuner.Tuner
+
+    def tunables(self) -> dict[str, tuple[Any, str]]:
+        """Tunable name -> (Tuner, field): `BLOCK_M` for the unprefixed Tuner, `dq.BLOCK_M` for
+        the one registered under prefix `dq`."""
+        out = {}
+        for prefix, tuner in self.tuners.items():
+            for f in tuner.fields:
+                out[f"{prefix}.{f}" if prefix else f] = (tuner, f)
+        return out
+
+    def split_config(self, config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """{tunable: value} -> {tuner name: {field: value}} (what harness.tuning.forcing
+        takes); names must be tunables (checked at spec load)."""
+        tunables = self.tunables()
+        out: dict[str, dict[str, Any]] = {}
+        for name, value in config.items():
+            tuner, f = tunables[name]
+            out.setdefault(tuner.name, {})[f] = value
+        return out
 
     def reason_unavailable(self, params: Params, dtype: str, device: str) -> str | None:
         if self.unavailable is None:
@@ -174,7 +205,10 @@ class Op:
         unavailable: Availability | None = None,
         expected_kernels: int | Callable[[Params], int] | None = None,
         description: str = "",
+        tuners=None,
     ):
+        """Register `fn` as implementation `name`. `tuners`: the Tuner(s) its kernels choose
+        launch configurations with (one, or {prefix: Tuner}): their fields are its tunables."""
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
 
@@ -190,6 +224,7 @@ class Op:
                 unavailable=unavailable,
                 expected_kernels=expected_kernels,
                 description=description or (fn.__doc__ or "").strip().split("\n")[0],
+                tuners=_tuner_map(tuners),
             )
             return fn
 
@@ -315,6 +350,7 @@ def describe(reg: Registry) -> list[Mapping[str, Any]]:
                     "impl": impl.name,
                     "backend": impl.backend,
                     "params": ", ".join(p.name for p in op.params),
+                    "tunables": ", ".join(impl.tunables()),
                     "description": impl.description,
                 }
             )

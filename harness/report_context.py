@@ -22,7 +22,7 @@ import pandas as pd
 from harness import store
 from harness.analysis.compare import compare_samples
 from harness.charts import OCCUPANCY_COLUMNS, occupancy_table, shape_label
-from harness.show import _primary, _v, fmt_bytes, fmt_ms, spread_pct
+from harness.show import _primary, _v, config_cells, fmt_bytes, fmt_ms, spread_pct
 from harness.values import finite as _n
 
 VERDICT_ROOF = re.compile(r"^(memory|compute)-bound at \d+% of the (?:DRAM|compute) roof")
@@ -177,8 +177,12 @@ def cases_table(df: pd.DataFrame, cpu: bool, primary: str, baseline: str) -> dic
         if has_ncu:
             cols, align = cols + ["occ %", "regs", "top stall"], align + "rrl"
         cols, align = cols + ["verdict"], align + "l"
+    records = df.to_dict("records")
+    configs = config_cells(records)  # the launch config, where it varies between cases
+    if configs is not None:
+        cols, align = cols + [configs[0]], align + "l"
     rows = []
-    for r in df.to_dict("records"):
+    for i, r in enumerate(records):
         cells = [_shape(r["params"]) + f" {_dt(r['dtype'])}", f"`{r['impl']}`",
                  OK_MARK.get(r["status"], r["status"]), fmt_ms(r.get("median_ms")),
                  spread_pct(r), "-" if _n(r.get("n_samples")) is None
@@ -202,6 +206,8 @@ def cases_table(df: pd.DataFrame, cpu: bool, primary: str, baseline: str) -> dic
             if has_roof:  # the % is in its own column: "memory-bound at 92% of the DRAM roof"
                 v = VERDICT_ROOF.sub(r"\1-bound", v)
             cells.append(v)
+        if configs is not None:
+            cells.append(configs[1][i])
         rows.append(cells)
     return table(cols, rows, align)
 
@@ -339,6 +345,16 @@ def hot_lines(run_dir: Path, n: int = 5) -> list[dict]:
     return out
 
 
+def candidate_labels(exp: dict) -> list[str]:
+    """The experiment's candidates for the header line: names as given (a named config by its
+    name), a variant grid as `impl[k1,k2] x N` rather than N names."""
+    out = [c if isinstance(c, str) else str(c.get("name")) for c in exp.get("candidates") or []]
+    for impl, grid in (exp.get("variants") or {}).items():
+        n = int(np.prod([len(v) if isinstance(v, list) else 1 for v in grid.values()]))
+        out.append(f"{impl}[{','.join(grid)}] x{n}")
+    return out
+
+
 def build(run_dir: Path, df: pd.DataFrame, store_arg: str, calibration: dict | None) -> dict:
     """The whole context minus charts and the comparison (report.py adds those)."""
     m = store.load_manifest(run_dir)
@@ -354,7 +370,7 @@ def build(run_dir: Path, df: pd.DataFrame, store_arg: str, calibration: dict | N
     return {
         "title": f"{exp['name']} on {where}",
         "run_id": m["run_id"], "op": exp["op"], "baseline": exp.get("baseline"),
-        "candidates": list(exp.get("candidates") or []), "n_cases": len(df),
+        "candidates": candidate_labels(exp), "n_cases": len(df),
         "status": m.get("status"), "description": exp.get("description") or "",
         "cpu": cpu, "primary": primary,
         "headline": headline(df, exp.get("baseline"), cpu),

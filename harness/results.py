@@ -4,6 +4,9 @@
                       | timeout (killed by the watchdog; treated like error)
     speedup_vs_baseline = baseline median / case median, for cases of the same shape_id where
                           both are correct; NaN otherwise (failing cases never get a speedup)
+    config, config_source, code_hash   from the time record (else the check record)
+    compiled                           JSON list from the time record (GPU: one entry per
+                                       Triton kernel launched; [] in the interpreter)
 """
 from __future__ import annotations
 
@@ -23,7 +26,8 @@ def cases_frame(cases: list[Case]) -> pd.DataFrame:
     return pd.DataFrame([
         {"case_id": c.case_id, "op": c.op, "impl": c.impl, "role": c.role,
          "params": json.dumps(c.params_dict), "dtype": c.dtype, "shape_id": c.shape_id,
-         "status": "pending", "error": None}
+         "status": "pending", "error": None, "base_impl": c.registered_impl,
+         "forced_config": json.dumps(dict(c.config)) if c.config else None}
         for c in cases
     ])
 
@@ -74,6 +78,7 @@ def consolidate(run_dir, op: Op) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFra
                 by = op.byte_count(params, ITEMSIZE[c.dtype])
                 row["tflops"] = fl / (med * 1e-3) / 1e12 if fl else None
                 row["gbps"] = by / (med * 1e-3) / 1e9 if by else None
+        row.update(_provenance(chk, tim))
         results.append(row)
     cases = cases.assign(status=statuses, error=errors, **_where(cases, checks, times))
     res = pd.DataFrame(results)
@@ -85,6 +90,21 @@ def consolidate(run_dir, op: Op) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFra
 
 
 WHERE = ("gpu", "host", "gpu_name", "sm_clock_mhz", "gpu_temp_c")
+PROVENANCE = ("config", "config_source", "code_hash")
+
+
+def _provenance(check: dict | None, timed: dict | None) -> dict:
+    """The launch config and code a case ran with: the time record's (what the numbers are
+    of), else the check record's; `compiled` only from a time record that has it."""
+    out = {}
+    for k in PROVENANCE:
+        for rec in (timed, check):
+            if rec and rec.get(k) is not None:
+                out[k] = rec[k]
+                break
+    if timed and timed.get("compiled") is not None:
+        out["compiled"] = json.dumps(timed["compiled"])
+    return out
 
 
 def _where(cases: pd.DataFrame, checks: dict, times: dict) -> dict[str, list]:

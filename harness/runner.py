@@ -7,7 +7,6 @@ Ctrl-C leaves a readable partial run (status `interrupted`); `harness run --resu
 """
 from __future__ import annotations
 
-import fnmatch
 import math
 import random
 import threading
@@ -115,7 +114,8 @@ class Runner:
         if which == "first":
             first = runnable.shape_id.iloc[0] if len(runnable) else None
             return list(runnable[runnable.shape_id == first].case_id)
-        return [c for c in runnable.case_id if any(fnmatch.fnmatchcase(c, p) for p in which)]
+        return [r.case_id for r in runnable.itertuples()
+                if any(spec.glob_matches(r.case_id, f"{r.impl}.{r.shape_id}", p) for p in which)]
 
     def profile(self, progress: Progress, prof_name: str, options) -> None:
         from harness.profilers import base

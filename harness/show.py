@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from harness import store
@@ -58,6 +59,72 @@ def _s(x) -> str:
 
 def _v(v) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def parse_config(raw) -> dict[str, dict]:
+    """A results `config` cell -> {tuner: {field: value}} ({} when none was recorded)."""
+    if isinstance(raw, str) and raw:
+        try:
+            v = json.loads(raw)
+        except json.JSONDecodeError:
+            return {}
+        return v if isinstance(v, dict) else {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def tuner_prefixes(rows: list[dict]) -> dict[str, str]:
+    """Tuner name -> the prefix its fields have as tunables of the rows' impls ("" for an
+    impl's unprefixed Tuner), so that shown names match the YAML (`dq.BLOCK_M`)."""
+    from harness.registry import registry
+
+    out: dict[str, str] = {}
+    for op_name, impl in {(r.get("op"), r.get("base_impl") or r.get("impl")) for r in rows}:
+        try:
+            tuners = registry().get_op(op_name).impls[impl].tuners
+        except Exception:  # an op or impl no longer registered: tuner names as recorded
+            continue
+        for prefix, t in tuners.items():
+            out.setdefault(t.name, prefix)
+    return out
+
+
+def flat_config(cfg: dict[str, dict], many_tuners: bool,
+                prefixes: dict[str, str] | None = None) -> dict[str, object]:
+    """{tuner: {field: v}} -> {field: v}; with several tuners in the run, fields are prefixed
+    as the impl's tunables are (`prefixes`), else by the tuner name's last part."""
+    out = {}
+    for tuner, fields in cfg.items():
+        prefix = (prefixes or {}).get(tuner, tuner.split(".")[-1]) if many_tuners else ""
+        for k, v in (fields or {}).items():
+            out[f"{prefix}.{k}" if prefix else k] = v
+    return out
+
+
+def config_cells(rows: list[dict]) -> tuple[str, list[str]] | None:
+    """(header, cells): per row, the launch-config fields that vary across the run, and the
+    source when not tuned. When every configured row has the same fields the header names them
+    and a cell is `64/32/4 (forced)`; else a cell is `BLOCK_M=64 dq.BLOCK_N=32`. None when no
+    field varies (the column is left out)."""
+    cfgs = [parse_config(r.get("config")) for r in rows]
+    many = len({t for c in cfgs for t in c}) > 1
+    prefixes = tuner_prefixes(rows) if many else {}
+    flats = [flat_config(c, many, prefixes) for c in cfgs]
+    keys = list(dict.fromkeys(k for f in flats for k in f))
+    varying = [k for k in keys if len({json.dumps(f.get(k)) for f in flats if f}) > 1 or
+               any(f and k not in f for f in flats)]
+    if not varying:
+        return None
+    same = all(all(k in f for k in varying) for f in flats if f)
+    cells = []
+    for f, r in zip(flats, rows):
+        if not f:
+            cells.append("-")
+            continue
+        text = ("/".join(_v(f[k]) for k in varying) if same else
+                " ".join(f"{k}={_v(f[k])}" for k in varying if k in f))
+        src = r.get("config_source")
+        cells.append(text + (f" ({src})" if isinstance(src, str) and src != "tuned" else ""))
+    return ("config " + "/".join(varying) if same else "config"), cells
 
 
 def _primary(op_name: str) -> str:
@@ -115,14 +182,18 @@ def render(run_dir: str | Path, console: Console) -> None:
     if has_k:
         t.add_column("kernels", justify="right")
     t.add_column("flags", justify="right")
-    for r in df.to_dict("records"):
+    records = df.to_dict("records")
+    configs = config_cells(records)
+    if configs is not None:
+        t.add_column(escape(configs[0]), justify="left", no_wrap=True)
+    for i, r in enumerate(records):
         sp = _n(r.get("speedup_vs_baseline"))
         speed = "-" if sp is None else ("[dim]base[/]" if r["role"] == "baseline" else
                                         f"[{'green' if sp >= 1 else 'red'}]{sp:.2f}x[/]")
         thr = _n(r.get("tflops" if primary == "tflops" else "gbps"))
         label = " ".join(f"{k}={_v(v)}" for k, v in r["params"].items()
                          if k not in fixed) or r["case_id"]
-        cells = [r["impl"], label,
+        cells = [escape(str(r["impl"])), escape(label),
                  DTYPE_SHORT.get(r["dtype"], r["dtype"]), MARK.get(r["status"], r["status"]),
                  fmt_ms(r.get("median_ms")), spread_pct(r)]
         if not cpu:
@@ -143,6 +214,8 @@ def render(run_dir: str | Path, console: Console) -> None:
             cells.append("-" if v is None else f"{v:.0f}")
         flags = json.loads(r.get("flags") or "[]") if isinstance(r.get("flags"), str) else []
         cells.append(f"[yellow]{len(flags)}[/]" if flags else "")
+        if configs is not None:
+            cells.append(escape(configs[1][i]))
         t.add_row(*cells)
     console.print(t)
     clock = df["clock"].dropna().unique() if "clock" in df.columns else []
@@ -153,7 +226,8 @@ def render(run_dir: str | Path, console: Console) -> None:
         console.print(f"[dim]{legend}[/]")
     for r in df.to_dict("records"):
         if r["status"] in ("failed", "error", "timeout", "skipped") and r.get("error"):
-            console.print(f"[red]{r['status']}[/] {r['case_id']}: {r['error']}")
+            console.print(f"[red]{r['status']}[/] {escape(r['case_id'])}: "
+                          f"{escape(str(r['error']))}")
     for r in df.to_dict("records"):
         for fl in json.loads(r.get("flags") or "[]") if isinstance(r.get("flags"), str) else []:
             console.print(f"[yellow]flag[/] {r['case_id']}: {fl}")
@@ -236,6 +310,12 @@ def to_json(run_dir: str | Path) -> dict:
     hot = source_lines_json(run_dir)
     for r in json.loads(df.to_json(orient="records")):
         r["flags"] = json.loads(r["flags"]) if isinstance(r.get("flags"), str) else []
+        # provenance as objects: config {tuner: {field: value}}, compiled [per kernel]
+        r["config"] = parse_config(r.get("config")) or None
+        r["compiled"] = (json.loads(r["compiled"]) if isinstance(r.get("compiled"), str)
+                         else None)
+        for k in ("config_source", "code_hash"):
+            r.setdefault(k, None)
         r["kernels"] = per_case.get(r["case_id"], [])
         r["source_lines"] = hot.get(r["case_id"], [])
         cases.append(r)

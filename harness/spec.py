@@ -3,7 +3,8 @@
     name: softmax-rows
     op: softmax
     baseline: torch
-    candidates: [torch_compile, triton]
+    candidates: [torch_compile, triton]            # or {name, impl, config} (harness.variants)
+    variants: {triton: {num_warps: [4, 8]}}        # one candidate per combination of tunables
     sweep: {M: [4096, 8192], N: [1024, 8192]}     # cartesian; or `cases: [{M: 1, N: 8}, ...]`
     params: {}                                     # fixed parameters for every case
     dtypes: [float16, bfloat16]
@@ -26,6 +27,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from harness.errors import HarnessError, SpecError
+from harness.variants import NAME_PATTERN, case_name
+from harness.variants import candidates as candidate_list
+from harness.variants import validate as validate_candidates
 
 DTYPE_ALIASES = {
     "float16": "float16", "fp16": "float16", "half": "float16", "f16": "float16",
@@ -107,12 +111,21 @@ class ProfileOptions(_Strict):
     nsys: NsysOptions | None = None
 
 
+class NamedConfig(_Strict):
+    """A candidate that runs `impl` with some of its tunables fixed (`harness list`)."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    impl: str
+    config: dict[str, Scalar] = Field(default_factory=dict)
+
+
 class Experiment(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""
     op: str
     baseline: str
-    candidates: list[str] = Field(default_factory=list)
+    candidates: list[Union[str, NamedConfig]] = Field(default_factory=list)
+    variants: dict[str, dict[str, Union[list[Scalar], Scalar]]] | None = None
     sweep: dict[str, Union[list[Scalar], Scalar]] | None = None
     cases: list[dict[str, Scalar]] | None = None
     params: dict[str, Scalar] = Field(default_factory=dict)
@@ -123,7 +136,8 @@ class Experiment(_Strict):
     profile: ProfileOptions = ProfileOptions()
 
     def impl_names(self) -> list[str]:
-        return [self.baseline] + [c for c in self.candidates if c != self.baseline]
+        """Candidate names, baseline first (variants expanded: `impl[k=v,...]`)."""
+        return [c.name for c in candidate_list(self)]
 
 
 @dataclass(frozen=True)
@@ -131,10 +145,12 @@ class Case:
     """One (implementation, parameter values, dtype) to check, time and profile."""
 
     op: str
-    impl: str
+    impl: str  # the candidate's name: a registered impl, a named config or `impl[k=v,...]`
     role: str  # "baseline" | "candidate"
     params: tuple[tuple[str, Scalar], ...]  # in the op's parameter order
     dtype: str  # canonical: float16 | bfloat16 | float32
+    base_impl: str = ""  # the registered implementation it runs ("" = impl)
+    config: tuple[tuple[str, Scalar], ...] = ()  # tunables the candidate fixes
 
     @property
     def shape_id(self) -> str:
@@ -144,7 +160,11 @@ class Case:
     @property
     def case_id(self) -> str:
         """Stable id, also the NVTX range name: no `/ @ , : [ ] + *` (ncu filter syntax)."""
-        return f"{self.impl}.{self.shape_id}"
+        return f"{case_name(self.impl)}.{self.shape_id}"
+
+    @property
+    def registered_impl(self) -> str:
+        return self.base_impl or self.impl
 
     @property
     def params_dict(self) -> dict[str, Scalar]:
@@ -203,18 +223,23 @@ def from_dict(data: Any, *, source: str = "<experiment>", registry=None) -> Expe
 
 
 def _one_line(exc: ValidationError, data: dict) -> str:
-    err = exc.errors()[0]
+    errors = exc.errors()
+    err = errors[0]
+    if err["loc"][:1] == ("candidates",) and isinstance(err.get("input"), dict):
+        # a {name, impl, config} item: report what NamedConfig says, not "not a string"
+        err = next((e for e in errors if "NamedConfig" in e["loc"]), err)
     loc = [str(x) for x in err["loc"]]
     # pydantic reports union members as extra loc entries ("list[...]", "int"): drop them
     loc = [x for x in loc if not x.startswith(("list[", "dict[", "function-")) and x not in
-           ("bool", "int", "float", "str", "literal['first','all']", "NcuOptions", "NsysOptions")]
-    field = ".".join(loc) or "(top level)"
+           ("bool", "int", "float", "str", "literal['first','all']", "NcuOptions", "NsysOptions",
+            "NamedConfig")]
+    field = _path(loc) or "(top level)"
     etype = err["type"]
     if etype == "extra_forbidden":
         parent = loc[:-1]
         model = _model_at(parent)
         valid = ", ".join(model.model_fields) if model else "?"
-        where = ".".join(parent) or "top level"
+        where = _path(parent) or "top level"
         return f"unknown key {loc[-1]!r} at {where} (valid keys: {valid})"
     if etype == "missing":
         return f"{field}: required key is missing"
@@ -224,15 +249,25 @@ def _one_line(exc: ValidationError, data: dict) -> str:
     return f"{field}: {msg} (got {err.get('input')!r})"
 
 
+def _path(loc: list[str]) -> str:
+    """['candidates', '1', 'name'] -> 'candidates[1].name'."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
+    return out
+
+
 def _model_at(path: list[str]):
     model: Any = Experiment
     for part in path:
+        if part.isdigit():  # a list index: the item's model is the list's
+            continue
         f = getattr(model, "model_fields", {}).get(part)
         if f is None:
             return None
         ann = f.annotation
         args = getattr(ann, "__args__", ())
-        candidates = [ann, *args]
+        candidates = [ann, *args, *(a for x in args for a in getattr(x, "__args__", ()))]
         model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)),
                      None)
         if model is None:
@@ -248,14 +283,7 @@ def validate_against_registry(exp: Experiment, *, source: str, registry=None) ->
         op = reg.get_op(exp.op)
     except HarnessError as exc:
         raise SpecError(f"{source}: op: {exc}") from None
-    valid_impls = ", ".join(sorted(op.impls))
-    if exp.baseline not in op.impls:
-        raise SpecError(f"{source}: baseline: {exp.baseline!r} is not an implementation of op "
-                        f"{op.name!r} (registered: {valid_impls})")
-    for i, c in enumerate(exp.candidates):
-        if c not in op.impls:
-            raise SpecError(f"{source}: candidates[{i}]: {c!r} is not an implementation of op "
-                            f"{op.name!r} (registered: {valid_impls})")
+    validate_candidates(exp, op, source)
     for i, d in enumerate(exp.dtypes):
         canon = DTYPE_ALIASES.get(str(d).lower())
         if canon is None or canon not in op.dtypes:
@@ -382,24 +410,48 @@ def expand(exp: Experiment, *, smoke: bool = False, registry=None) -> list[Case]
                 else:
                     full[p.name] = p.default
             params = tuple((p.name, full[p.name]) for p in op.params)
-            for impl in exp.impl_names():
-                role = "baseline" if impl == exp.baseline else "candidate"
-                case = Case(op=op.name, impl=impl, role=role, params=params, dtype=dtype)
+            for cand in candidate_list(exp):
+                role = "baseline" if cand.name == exp.baseline else "candidate"
+                case = Case(op=op.name, impl=cand.name, role=role, params=params, dtype=dtype,
+                            base_impl=cand.impl if cand.impl != cand.name else "",
+                            config=cand.config)
                 if case.case_id not in seen:
                     seen.add(case.case_id)
                     cases.append(case)
     return cases
 
 
+def split_patterns(patterns: str) -> list[str]:
+    """`--cases` items: comma-separated, except commas inside `[...]` (variant names)."""
+    import re
+
+    return [p.strip() for p in re.split(r",(?![^\[]*\])", patterns) if p.strip()]
+
+
+def glob_matches(case_id: str, name_id: str, pattern: str) -> bool:
+    """`profile.ncu.cases` items: a glob over the case id or over `<candidate name>.<shape>`
+    (brackets of variant names taken literally there)."""
+    import fnmatch
+    import re
+
+    literal = re.sub(r"([\[\]])", r"[\1]", pattern)
+    return (fnmatch.fnmatchcase(case_id, pattern) or fnmatch.fnmatchcase(name_id, pattern)
+            or fnmatch.fnmatchcase(name_id, literal))
+
+
+def matches(case_id: str, name_id: str, pattern: str) -> bool:
+    """A `--cases` pattern: a glob (see glob_matches), or a substring of the case id or of
+    `<candidate name>.<shape>` (so `triton_flash[BLOCK_M=64` works as typed)."""
+    return glob_matches(case_id, name_id, pattern) or pattern in case_id or pattern in name_id
+
+
 def select(cases: list[Case], patterns: str | None) -> list[Case]:
     """Filter by `--cases`: comma-separated globs matched against case ids (or substrings)."""
-    import fnmatch
-
     if not patterns:
         return cases
-    pats = [p.strip() for p in patterns.split(",") if p.strip()]
+    pats = split_patterns(patterns)
     chosen = [c for c in cases
-              if any(fnmatch.fnmatchcase(c.case_id, p) or p in c.case_id for p in pats)]
+              if any(matches(c.case_id, f"{c.impl}.{c.shape_id}", p) for p in pats)]
     if not chosen:
         example = cases[0].case_id if cases else "(no cases)"
         raise HarnessError(f"--cases: {patterns!r} matches no case (ids look like {example!r})")
@@ -407,5 +459,8 @@ def select(cases: list[Case], patterns: str | None) -> list[Case]:
 
 
 def spec_hash(exp: Experiment) -> str:
-    blob = json.dumps(exp.model_dump(mode="json"), sort_keys=True).encode()
+    data = exp.model_dump(mode="json")
+    if data.get("variants") is None:  # experiments without variants keep their old hash
+        data.pop("variants", None)
+    blob = json.dumps(data, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

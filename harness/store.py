@@ -8,6 +8,8 @@
     <root>/<run_id>/source_lines.parquet  warp-stall samples per kernel source line (ncu)
     <root>/<run_id>/parts/<pass>.jsonl append-only records written by workers as they go
                                        (<pass>.<shard>.jsonl: one file per concurrent worker)
+    <root>/<run_id>/tuner_picks.json   launch configs the Tuners timed, reused by later workers
+                                       (tuner_picks.<shard>.json: one file per concurrent worker)
     <root>/<run_id>/raw/               profilers' own files and logs
     <root>/.calibration/<gpu>.json     measured ceilings per GPU (harness calibrate)
 
@@ -33,11 +35,19 @@ SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 TABLES = ("cases", "results", "samples", "metrics", "source_lines")
 
-CASE_COLUMNS = ["case_id", "op", "impl", "role", "params", "dtype", "status", "error"]
+# impl: the candidate's name (a registered impl, a named config, or a variant `impl[k=v,...]`);
+# base_impl: the registered impl it runs; forced_config: JSON {tunable: value} it fixes, or null
+CASE_COLUMNS = ["case_id", "op", "impl", "role", "params", "dtype", "status", "error",
+                "base_impl", "forced_config"]
+# provenance: config = JSON {tuner: {field: value}} of the launch configs used; config_source =
+# forced | tuned | autotune | single | interpreter (harness.tuning); code_hash = 12 hex of the
+# impl's module + reachable triton.jit sources; compiled = JSON list per Triton kernel launched
+# (GPU only: kernel, registers, spills, shared_bytes, num_warps, num_stages, constexprs)
 RESULT_COLUMNS = [
     "case_id", "correct", "max_abs_err", "rel_err", "tol", "torch_err", "median_ms", "p20_ms",
     "p80_ms", "iqr_ms", "n_samples", "rel_stderr", "clock", "tflops", "gbps", "peak_mem_bytes",
-    "speedup_vs_baseline", "expected_kernels", "flags",
+    "speedup_vs_baseline", "expected_kernels", "flags", "config", "config_source", "code_hash",
+    "compiled",
 ]
 SAMPLE_COLUMNS = ["case_id", "i", "ms"]
 METRIC_COLUMNS = ["case_id", "source", "kernel", "name", "value", "unit"]
@@ -345,6 +355,49 @@ def clear_parts(run_dir: Path, pass_name: str) -> None:
     """Forget a pass's records (a profiler pass is redone whole: it makes one report)."""
     for path in _part_files(run_dir, pass_name):
         path.unlink(missing_ok=True)
+
+
+# -- tuner picks: launch configs timed by one worker, reused by the next -----------------------
+
+def tuner_picks_path(run_dir: Path, shard: str | None = None) -> Path:
+    """tuner_picks.json, or tuner_picks.<shard>.json for one of several concurrent workers."""
+    name = "tuner_picks.json" if shard is None else f"tuner_picks.{shard}.json"
+    return Path(run_dir) / name
+
+
+def load_tuner_picks(run_dir: Path) -> dict[str, dict[str, dict]]:
+    """{tuner: {repr(key): {"config": {...}, "source": ...}}} over all pick files (the
+    unsharded file first, then the shards' in name order; a later file wins a clash)."""
+    run_dir = Path(run_dir)
+    files = sorted(run_dir.glob("tuner_picks.*.json")) if run_dir.is_dir() else []
+    main = tuner_picks_path(run_dir)
+    out: dict[str, dict[str, dict]] = {}
+    for path in ([main] if main.exists() else []) + files:
+        try:
+            data = read_json(path)
+        except (json.JSONDecodeError, OSError):  # a torn file: its picks are timed again
+            continue
+        for tuner, by_key in (data if isinstance(data, dict) else {}).items():
+            if isinstance(by_key, dict):
+                out.setdefault(tuner, {}).update(by_key)
+    return out
+
+
+def save_tuner_picks(run_dir: Path, picks: dict[str, dict[str, dict]],
+                     shard: str | None = None) -> None:
+    """Merge `picks` into this writer's own pick file (atomic rename; one writer per file)."""
+    if not picks:
+        return
+    path = tuner_picks_path(run_dir, shard)
+    old: dict = {}
+    if path.exists():
+        try:
+            old = read_json(path)
+        except json.JSONDecodeError:
+            old = {}
+    for tuner, by_key in picks.items():
+        old.setdefault(tuner, {}).update(by_key)
+    write_json(path, old)
 
 
 def raw_dir(run_dir: Path, *sub: str) -> Path:

@@ -12,6 +12,12 @@ Passes
                   NVTX push/pop range of domain `harness` named for the case id; ncu and nsys
                   wrap this pass
   torch_profiler  the same single call under torch.profiler (the nsys fallback)
+
+Launch configurations (harness.tuning): a case of a configured candidate runs with its tunables
+forced; the Tuners' picks of every check/time call are logged and stored with the record
+(config, config_source), with the impl's code_hash and, on the GPU, the compiled kernels'
+registers/spills/shared memory (time pass, one extra call after the samples). Picks the Tuners
+time are persisted in the run dir (store.save_tuner_picks) and loaded by every later worker.
 """
 from __future__ import annotations
 
@@ -55,11 +61,16 @@ class Worker:
         self.seed = int(self.manifest.get("seed", 0))
         cases = store.load_cases(self.run_dir)
         self.cases = [
-            (r.case_id, r.impl, Params(json.loads(r.params)), r.dtype)
+            (r.case_id, _registered_impl(r), Params(json.loads(r.params)), r.dtype)
             for r in cases.itertuples()
         ]
+        self.forced = {r.case_id: _forced_config(r) for r in cases.itertuples()}
         self.flusher = None
         self.ref_cache = None
+        self.code_hashes: dict[str, str] = {}
+        from harness import tuning
+
+        tuning.load_picks(store.load_tuner_picks(self.run_dir))
 
     # -- helpers -----------------------------------------------------------------------------
     def _torch_dtype(self, name):
@@ -128,8 +139,18 @@ class Worker:
             samples = timing.bench(fn, device="cpu", warmup_ms=1e-3,
                                    rep_ms=min(t.rep_ms, 500.0), min_samples=3,
                                    max_samples=t.max_samples, max_rel_err=t.max_rel_err)
-        return {"status": "ok", "samples": list(samples.ms), "peak_mem_bytes": peak,
-                **samples.summary()}
+        rec = {"status": "ok", "samples": list(samples.ms), "peak_mem_bytes": peak,
+               **samples.summary()}
+        if self.device == "cuda":  # one more call, outside the samples: what was compiled
+            from harness.provenance import compiled_kernels
+
+            try:
+                rec["compiled"] = compiled_kernels(fn, impl.fn, self._sync)
+            except Exception as exc:  # provenance never fails a timed case; say why it is absent
+                rec["compiled"], rec["compiled_error"] = None, _one_line(exc)
+        else:  # the interpreter compiles nothing
+            rec["compiled"] = []
+        return rec
 
     def _warm_then_range(self, impl, params, dtype, case_id, inside):
         """Warm up outside any range (JIT, autotune, cudnn plans), then one call inside."""
@@ -183,7 +204,7 @@ class Worker:
             shard: str | None = None) -> int:
         """Do every (pass, case) without a record; records go to parts/<tag or pass>.jsonl
         (parts/<pass>.<shard>.jsonl when several workers run at once)."""
-        from harness import store
+        from harness import store, tuning
 
         for pass_name in passes:
             part = tag or pass_name
@@ -201,6 +222,7 @@ class Worker:
                 rec["wall_s"] = round(time.perf_counter() - began, 3)
                 if pass_name in ("check", "time"):
                     rec.update(self.where())
+                store.save_tuner_picks(self.run_dir, tuning.take_new_picks(), shard=shard)
                 store.append_part(self.run_dir, part, {"case_id": case_id, **rec}, shard=shard)
                 emit("done", name=part, case_id=case_id, status=rec["status"])
                 if rec.get("context_dead"):
@@ -215,13 +237,37 @@ class Worker:
         prior = check_parts.get(case_id)
         if pass_name != "check" and prior and prior["status"] in ("error", "skipped", "timeout"):
             return {"status": "skipped", "error": f"check: {prior.get('error')}"}
+        from harness import tuning
+
         handler = getattr(self, f"do_{pass_name}")
         try:
-            return handler(impl, params, dtype, case_id)
+            forced = impl.split_config(self.forced.get(case_id) or {})
+            with tuning.forcing(forced), tuning.recording() as log:
+                rec = handler(impl, params, dtype, case_id)
         except Exception as exc:  # a failing kernel fails its case, not the run
             traceback.print_exc()
             return {"status": "error", "error": _one_line(exc),
                     "context_dead": self._context_dead(exc)}
+        if pass_name in ("check", "time"):
+            rec.update(self._provenance(impl, log))
+        return rec
+
+    def _provenance(self, impl, log) -> dict:
+        """config (JSON {tuner: {field: value}}), config_source, code_hash of this case."""
+        from harness.provenance import autotune_picks, code_hash
+
+        configs, source = log.configs(), log.source()
+        try:
+            if impl.name not in self.code_hashes:
+                self.code_hashes[impl.name] = code_hash(impl.fn)
+            if not configs and impl.backend == "triton":
+                configs = autotune_picks(impl.fn)
+                source = "autotune" if configs else None
+        except Exception:  # provenance never fails a case: what is missing stays empty
+            traceback.print_exc()
+            self.code_hashes.setdefault(impl.name, None)
+        return {"config": json.dumps(configs, sort_keys=False) if configs else None,
+                "config_source": source, "code_hash": self.code_hashes[impl.name]}
 
     def _context_dead(self, exc: Exception) -> bool:
         if self.device != "cuda":
@@ -237,6 +283,17 @@ class Worker:
             return False
         except Exception:
             return True
+
+
+def _registered_impl(row) -> str:
+    """The registered impl a case runs (cases of older runs have no base_impl column)."""
+    base = getattr(row, "base_impl", None)
+    return base if isinstance(base, str) and base else row.impl
+
+
+def _forced_config(row) -> dict:
+    raw = getattr(row, "forced_config", None)
+    return json.loads(raw) if isinstance(raw, str) and raw else {}
 
 
 def _one_line(exc: BaseException) -> str:

@@ -1,47 +1,10 @@
-"""Helpers shared by the kernel packages: interpreter detection, a launch-config tuner, and
-torch.compile with a roomy recompile cache."""
+"""Helpers shared by the kernel packages: interpreter detection and the launch-config Tuner
+(both from kernels/_tuner.py), and torch.compile with a roomy recompile cache."""
 from __future__ import annotations
 
-import os
-from typing import Callable, Hashable, Sequence
+from typing import Callable
 
-
-def interpreted() -> bool:
-    """True when Triton kernels run in the CPU interpreter (TRITON_INTERPRET=1)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-class Tuner:
-    """Pick the fastest launch configuration per key, timed on the GPU the first time a key is
-    seen (call it in warm-up: the harness keeps warm-up outside profiled NVTX ranges).
-
-    In the interpreter, the first candidate is used without timing.
-    """
-
-    def __init__(self, name: str):
-        self.name = name
-        self.best: dict[Hashable, object] = {}
-
-    def pick(self, key: Hashable, candidates: Sequence, launch: Callable[[object], None]):
-        if key in self.best:
-            return self.best[key]
-        if interpreted() or len(candidates) == 1:
-            self.best[key] = candidates[0]
-            return candidates[0]
-        import triton.testing
-
-        timings = []
-        for cfg in candidates:
-            try:
-                ms = triton.testing.do_bench(lambda: launch(cfg), warmup=5, rep=25,
-                                             return_mode="median")
-            except Exception:  # a config that fails to compile (e.g. out of shared memory)
-                continue
-            timings.append((ms, cfg))
-        if not timings:
-            raise RuntimeError(f"{self.name}: no launch configuration compiled for {key}")
-        self.best[key] = min(timings, key=lambda t: t[0])[1]
-        return self.best[key]
+from kernels._tuner import Rule, Tuner, interpreted  # noqa: F401  (re-exported)
 
 
 def interpreter_bf16(dtype) -> bool:

@@ -88,3 +88,42 @@ def gpu_only(x):
 def hang(x):
     while True:  # a deadlocked kernel: never returns (the watchdog must kill it)
         time.sleep(1)
+
+
+# -- a tuned impl: its Tuner times on the CPU too (the interpreter's Tuners never time), so
+# that picks persisted across worker processes are testable without a GPU. Every timing launch
+# appends "<pid>" to the file named by $HARNESS_TEST_TUNE_LOG.
+
+from kernels._tuner import Tuner  # noqa: E402
+
+TUNED_CANDIDATES = [(1,), (2,), (3,)]
+
+
+class _CPUTimedTuner(Tuner):
+    def timing_enabled(self):
+        return True
+
+    def precompile_enabled(self):
+        return False
+
+    def measure(self, launch, cfg):
+        launch(cfg)
+        return float(abs(cfg[0] - 2))  # deterministic: (2,) is the fastest
+
+
+_tuner = _CPUTimedTuner("scale2.tuned", ("factor",), configs=TUNED_CANDIDATES,
+                        values={"factor": (4,)})
+
+
+def _timing_launch(cfg):
+    path = os.environ.get("HARNESS_TEST_TUNE_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+@op.impl("tuned", backend="torch", tuners=_tuner)
+def tuned(x):
+    """y = 2x after a Tuner pick keyed by the size (a fake key: the result never depends on it)"""
+    _tuner.pick(("scale", x.numel()), TUNED_CANDIDATES, _timing_launch)
+    return x * 2

@@ -112,7 +112,7 @@ def test_missing_file():
 def test_every_committed_experiment_is_valid():
     from pathlib import Path
 
-    files = sorted(Path(__file__).resolve().parent.parent.glob("experiments/*.yaml"))
+    files = sorted(Path(__file__).resolve().parent.parent.glob("experiments/**/*.yaml"))
     assert files
     for f in files:
         exp = spec.load(f)

@@ -63,6 +63,7 @@ def _task(files: dict[str, bytes], case_ids: list[str], device: str,
         records = {p: [r for r in store.read_parts(run_dir, p) if r["case_id"] in case_ids]
                    for p in MEASURE_PASSES}
         return {"host": socket.gethostname(), "gpu": gpu, "records": records,
+                "picks": store.load_tuner_picks(run_dir),
                 "log": log.read_text(errors="replace")[-20000:]}
 
 
@@ -146,6 +147,9 @@ class RayExecutor(Executor):
             recs = store.read_parts(run_dir, p)
             files[f"parts/{p}.jsonl"] = "".join(
                 store.json.dumps(r, default=store._json_default) + "\n" for r in recs).encode()
+        picks = store.load_tuner_picks(run_dir)  # launch configs already timed: not again
+        if picks:
+            files[store.tuner_picks_path(Path("."), None).name] = store.json.dumps(picks).encode()
         return files
 
     def _gather(self, run_dir: Path, out: dict, log: Path, on_event) -> None:
@@ -154,6 +158,7 @@ class RayExecutor(Executor):
             self.gpus.add(out["gpu"])
         with open(log, "a") as f:
             f.write(f"--- task on {out['host']} (gpu {out['gpu']})\n{out['log']}\n")
+        store.save_tuner_picks(run_dir, out.get("picks") or {}, shard="ray")
         for p in MEASURE_PASSES:
             done = {r["case_id"] for r in store.read_parts(run_dir, p)}
             for rec in out["records"][p]:

@@ -152,12 +152,14 @@ def any_triton(cases: pd.DataFrame, case_ids: list[str]) -> bool:
     from harness.registry import registry
 
     sel = cases[cases.case_id.isin(case_ids)] if len(cases) else cases
-    for op_name, impl in {(r.op, r.impl) for r in sel.itertuples()}:
+    for op_name, impl, base_impl in {(r.op, r.impl, getattr(r, "base_impl", None))
+                                     for r in sel.itertuples()}:
         try:
             op = registry().get_op(op_name)
         except Exception:  # an op that no longer imports: no decision from it
             continue
-        base = str(impl).split("[")[0]  # variants: impl[k=v,...]
+        # variants and named configs run base_impl (older runs: impl[k=v,...] or impl)
+        base = base_impl if isinstance(base_impl, str) and base_impl else str(impl).split("[")[0]
         if base in op.impls and op.impls[base].backend == "triton":
             return True
     return False

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from harness.registry import Op, Param
 from kernels._common import compiled
 from kernels.layernorm import make_ln_params
+from kernels.layernorm import triton_layernorm
 from kernels.layernorm.triton_layernorm import EPS, layernorm_fwd
 
 op = Op(
@@ -85,7 +86,8 @@ def add_ln_compile(x, res, w, b):
     return _compiled(x, res, w, b)
 
 
-@op.impl("triton", backend="triton", accepts_out=True, expected_kernels=1)
+@op.impl("triton", backend="triton", accepts_out=True, expected_kernels=1,
+         tuners=triton_layernorm._tuner)
 def add_ln_triton(x, res, w, b, out=None):
     """Triton: one kernel; rows in registers; writes h and y in the same pass"""
     h_out, y_out = (None, None) if out is None else (out[0], out[1])

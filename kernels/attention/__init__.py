@@ -23,7 +23,8 @@ import torch
 
 from harness.registry import Op, Param
 from kernels._common import interpreted
-from kernels.attention import flash, fused_mha as fused_mha_mod, peers, reference as ref
+from kernels.attention import flash, flash_bwd, flash_fwd, fused_mha as fused_mha_mod, peers
+from kernels.attention import reference as ref
 
 MODES = ("fwd", "bwd", "fwd_bwd")
 BWD_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd_bwd": 3.5}
@@ -152,11 +153,13 @@ op.impl("naive", backend="torch",
                     "backward by autograd")(ref.naive_attention)
 
 op.impl("fused_mha", backend="triton", unavailable=_forward_only, expected_kernels=1,
+        tuners=fused_mha_mod._tuner,
         description="one Triton kernel, scores still written to and read from an N x N fp32 "
                     "HBM scratch (fused, not flash); forward only")(fused_mha_mod.fused_mha)
 
 op.impl("triton_flash", backend="triton", unavailable=_triton_unavailable,
         expected_kernels=lambda p: flash.kernels_launched(p.mode),
+        tuners={"": flash_fwd._tuner, "dkdv": flash_bwd._dkdv_tuner, "dq": flash_bwd._dq_tuner},
         description="our FlashAttention-2 in Triton: tiled online softmax, LSE saved, backward "
                     "by recomputation (delta, dK/dV, dQ kernels)")(flash.flash_attention)
 

@@ -29,8 +29,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._common import Tuner, interpreted
-from kernels.attention.flash_fwd import LOG2E, _cast, _mma, interp_bf16_flag
+from kernels._common import Rule, Tuner, interpreted
+from kernels.attention.flash_fwd import FIELDS, LOG2E, _cast, _mma, interp_bf16_flag
 
 # (BLOCK_M1, BLOCK_N1, num_warps, num_stages) for dK/dV; (BLOCK_M2, BLOCK_N2, ...) for dQ.
 # None of these spills registers in an sm_90 build (python -m kernels.attention.aot_check).
@@ -48,7 +48,19 @@ INTERPRETER_DKDV = (16, 32, 4, 1)
 INTERPRETER_DQ = (32, 16, 4, 1)
 PRE_BLOCK = 64
 
-_tuner = Tuner("attention.flash_bwd")
+# one Tuner per kernel; their fields are BLOCK_M1/BLOCK_N1 (dK/dV) and BLOCK_M2/BLOCK_N2 (dQ)
+_VALUES = {"BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (16, 32, 64, 128), "num_warps": (2, 4, 8),
+           "num_stages": range(1, 6)}
+_dkdv_tuner = Tuner("attention.flash_bwd.dkdv", FIELDS,
+                    configs=[*DKDV_CONFIGS[128], *DKDV_CONFIGS[64], *SMALL_D_DKDV,
+                             INTERPRETER_DKDV], values=_VALUES,
+                    rules=[Rule(("BLOCK_M", "BLOCK_N"), lambda m, n: n % m == 0,
+                                "BLOCK_N % BLOCK_M == 0")])
+_dq_tuner = Tuner("attention.flash_bwd.dq", FIELDS,
+                  configs=[*DQ_CONFIGS[128], *DQ_CONFIGS[64], *SMALL_D_DQ, INTERPRETER_DQ],
+                  values=_VALUES,
+                  rules=[Rule(("BLOCK_M", "BLOCK_N"), lambda m, n: m % n == 0,
+                              "BLOCK_M % BLOCK_N == 0")])
 
 
 @triton.jit
@@ -254,10 +266,10 @@ def flash_backward(q, k, v, o, lse, do, causal: bool,
 
     key = (B, H, N, D, causal, q.dtype)
     if dkdv_config is None:
-        dkdv_config = _tuner.pick(("dkdv", *key), _configs(DKDV_CONFIGS, SMALL_D_DKDV,
+        dkdv_config = _dkdv_tuner.pick(("dkdv", *key), _configs(DKDV_CONFIGS, SMALL_D_DKDV,
                                                           INTERPRETER_DKDV, D), launch_dkdv)
     if dq_config is None:
-        dq_config = _tuner.pick(("dq", *key), _configs(DQ_CONFIGS, SMALL_D_DQ, INTERPRETER_DQ,
+        dq_config = _dq_tuner.pick(("dq", *key), _configs(DQ_CONFIGS, SMALL_D_DQ, INTERPRETER_DQ,
                                                       D), launch_dq)
     if dkdv_config[1] % dkdv_config[0] or dq_config[0] % dq_config[1]:
         raise ValueError(f"need BLOCK_N1 % BLOCK_M1 == 0 and BLOCK_M2 % BLOCK_N2 == 0, got "

@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._common import Tuner, interpreted, interpreter_bf16
+from kernels._common import Rule, Tuner, interpreted, interpreter_bf16
 
 LOG2E = 1.4426950408889634
 
@@ -40,7 +40,14 @@ SMALL_D_CONFIGS = [(64, 32, 4, 3), (32, 32, 4, 2), (64, 64, 4, 3)]  # D = 16, 32
 # tiles (diagonal band, unmasked tiles and a ragged tail all run in tests).
 INTERPRETER_CONFIG = (32, 16, 4, 1)
 
-_tuner = Tuner("attention.flash_fwd")
+FIELDS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
+# what a YAML config may force (harness variants): the values above plus tile sizes tl.dot takes
+_tuner = Tuner("attention.flash_fwd", FIELDS,
+               configs=[*FWD_CONFIGS[128], *FWD_CONFIGS[64], *SMALL_D_CONFIGS, INTERPRETER_CONFIG],
+               values={"BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (16, 32, 64, 128),
+                       "num_warps": (2, 4, 8), "num_stages": range(1, 6)},
+               rules=[Rule(("BLOCK_M", "BLOCK_N"), lambda m, n: m % n == 0,
+                           "BLOCK_M % BLOCK_N == 0")])
 
 
 @triton.jit

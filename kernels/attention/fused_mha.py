@@ -28,7 +28,10 @@ from kernels.attention.flash_fwd import LOG2E, _cast, _mma, check_inputs, interp
 CONFIGS = [(64, 64, 4, 2), (128, 64, 8, 2), (64, 128, 4, 2)]
 INTERPRETER_CONFIG = (32, 16, 4, 1)
 
-_tuner = Tuner("attention.fused_mha")
+_tuner = Tuner("attention.fused_mha", ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"),
+               configs=[*CONFIGS, INTERPRETER_CONFIG],
+               values={"BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (16, 32, 64, 128),
+                       "num_warps": (2, 4, 8), "num_stages": range(1, 5)})
 
 
 @triton.jit

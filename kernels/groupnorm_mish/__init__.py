@@ -89,7 +89,8 @@ def gn_mish_compile(x, w, b, groups):
     return _compiled(x, w, b, groups)
 
 
-@op.impl("triton", backend="triton", accepts_out=True, expected_kernels=1)
+@op.impl("triton", backend="triton", accepts_out=True, expected_kernels=1,
+         tuners=triton_groupnorm_mish._tuner)
 def gn_mish_triton(x, w, b, groups, out=None):
     """Triton: one program per group; statistics + normalise + Mish in one kernel"""
     return triton_groupnorm_mish.groupnorm_mish(x, groups, w, b, EPS, out=out)

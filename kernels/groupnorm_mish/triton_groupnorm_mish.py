@@ -28,7 +28,9 @@ import triton.language as tl
 from kernels._common import Tuner
 
 MAX_ONE_TILE = 16384  # elements of a group kept in registers by the one-pass variant
-_tuner = Tuner("groupnorm_mish")
+# candidates per shape (configs()); BLOCK: any power of two up to MAX_ONE_TILE
+_tuner = Tuner("groupnorm_mish", ("BLOCK", "num_warps"),
+               values={"BLOCK": tuple(2 ** i for i in range(6, 15)), "num_warps": (1, 2, 4, 8, 16)})
 
 
 @triton.jit

@@ -117,7 +117,8 @@ def ln_compile(x, w, b):
 
 
 @op.impl("triton", backend="triton", accepts_out=True, expected_kernels=_triton_kernels,
-         unavailable=_triton_unavailable)
+         unavailable=_triton_unavailable,
+         tuners={"": triton_layernorm._tuner, "bwd": triton_layernorm_bwd._tuner})
 def ln_triton(x, w, b, out=None):
     """Triton: rows in registers (several per program when short); backward with dw/db
     partials per program + a column-sum kernel"""

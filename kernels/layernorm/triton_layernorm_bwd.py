@@ -25,7 +25,9 @@ from kernels._common import Tuner
 from kernels.layernorm.triton_layernorm import EPS, layernorm_fwd
 
 MAX_BWD = 16384  # longest row the backward keeps in registers
-_tuner = Tuner("layernorm_bwd")
+# candidates per shape (configs()): (programs per SM, ROWS, num_warps)
+_tuner = Tuner("layernorm_bwd", ("per_sm", "ROWS", "num_warps"),
+               values={"per_sm": (1, 2, 4, 8), "ROWS": (1, 2, 4), "num_warps": (1, 2, 4, 8, 16)})
 
 
 @triton.jit

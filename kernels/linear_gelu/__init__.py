@@ -93,7 +93,8 @@ def linear_gelu_compile(x, w, b, approximate="none"):
     return _compiled[approximate](x, w, b)
 
 
-@op.impl("triton", backend="triton", accepts_out=True, expected_kernels=1)
+@op.impl("triton", backend="triton", accepts_out=True, expected_kernels=1,
+         tuners=triton_matmul._tuner)
 def linear_gelu_triton(x, w, b, approximate="none", out=None):
     """Triton matmul (grouped order, fp32 acc) with bias + GELU fused into the epilogue"""
     return triton_matmul.matmul_bias_act(x, w, b, act=ACT[approximate], out=out)

@@ -48,7 +48,12 @@ CONFIGS: tuple[MatmulConfig, ...] = (
     MatmulConfig(256, 128, 64, 8, 8, 3),
 )
 
-_tuner = Tuner("matmul_bias_act")
+_tuner = Tuner("matmul_bias_act",
+               ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages"),
+               configs=CONFIGS,
+               values={"BLOCK_M": (16, 32, 64, 128, 256), "BLOCK_N": (16, 32, 64, 128, 256),
+                       "BLOCK_K": (16, 32, 64, 128), "GROUP_M": (1, 4, 8, 16),
+                       "num_warps": (2, 4, 8), "num_stages": range(1, 6)})
 
 
 @triton.jit

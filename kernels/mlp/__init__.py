@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from harness.registry import Op, Param
 from kernels._common import compiled
 from kernels.linear_gelu import APPROXIMATE, linear_params
+from kernels.linear_gelu import triton_matmul
 from kernels.mlp import triton_mlp
 
 ACT = {"none": "gelu", "tanh": "gelu_tanh"}
@@ -103,14 +104,15 @@ def mlp_compile(x, w1, b1, w2, b2, approximate="none"):
     return _compiled[approximate](x, w1, b1, w2, b2)
 
 
-@op.impl("triton", backend="triton", accepts_out=True, expected_kernels=2)
+@op.impl("triton", backend="triton", accepts_out=True, expected_kernels=2,
+         tuners=triton_matmul._tuner)
 def mlp_triton(x, w1, b1, w2, b2, approximate="none", out=None):
     """Triton: up-proj with bias+GELU epilogue, then down-proj with bias epilogue"""
     return triton_mlp.mlp_two_kernels(x, w1, b1, w2, b2, act=ACT[approximate], out=out)
 
 
 @op.impl("triton_fused", backend="triton", accepts_out=True, expected_kernels=1,
-         unavailable=_fused_unavailable)
+         unavailable=_fused_unavailable, tuners=triton_mlp._tuner)
 def mlp_triton_fused(x, w1, b1, w2, b2, approximate="none", out=None):
     """Triton, one kernel (D <= 256): h never leaves the chip; output row-block kept in registers"""
     return triton_mlp.mlp_fused(x, w1, b1, w2, b2, act=ACT[approximate], out=out)

@@ -43,7 +43,10 @@ FUSED_CONFIGS: tuple[FusedConfig, ...] = (
     FusedConfig(128, 32, 8, 4), FusedConfig(64, 32, 4, 4),
 )
 
-_tuner = Tuner("mlp_fused")
+_tuner = Tuner("mlp_fused", ("BLOCK_M", "BLOCK_H", "num_warps", "num_stages"),
+               configs=FUSED_CONFIGS,
+               values={"BLOCK_M": (16, 32, 64, 128), "BLOCK_H": (16, 32, 64, 128),
+                       "num_warps": (2, 4, 8), "num_stages": range(1, 6)})
 
 
 @triton.jit

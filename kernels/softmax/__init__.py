@@ -64,7 +64,8 @@ def softmax_compile(x):
 
 
 @op.impl("triton", backend="triton", accepts_out=True,
-         expected_kernels=lambda p: triton_softmax.kernels_launched(p.N))
+         expected_kernels=lambda p: triton_softmax.kernels_launched(p.N),
+         tuners=triton_softmax._tuner)
 def softmax_triton(x, out=None):
     """fused Triton softmax: one pass per row; split rows over programs when long"""
     return triton_softmax.softmax(x, out=out)

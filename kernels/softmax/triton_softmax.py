@@ -19,7 +19,8 @@ from kernels._common import Tuner
 MAX_FUSED = 32768  # elements per row kept in registers by the one-pass kernel
 SEGMENT = 4096  # elements per program in the split-row kernels
 
-_tuner = Tuner("softmax")
+# candidates per row length: the warp counts with at least one element per thread
+_tuner = Tuner("softmax", ("num_warps",), values={"num_warps": (1, 4, 8, 16, 32)})
 
 
 @triton.jit

@@ -62,7 +62,8 @@ def add_compile(x, y):
     return _compiled_add(x, y)
 
 
-@op.impl("triton", backend="triton", accepts_out=True, expected_kernels=1)
+@op.impl("triton", backend="triton", accepts_out=True, expected_kernels=1,
+         tuners=triton_vector_add._tuner)
 def add_triton(x, y, out=None):
     """Triton: one BLOCK slice per program, 16-byte accesses, BLOCK/num_warps tuned"""
     return triton_vector_add.vector_add(x, y, out=out)

@@ -24,7 +24,8 @@ CONFIGS: tuple[tuple[int, int], ...] = (
     (4096, 4), (2048, 4), (8192, 8), (4096, 8), (16384, 8), (8192, 4),
 )
 
-_tuner = Tuner("vector_add")
+_tuner = Tuner("vector_add", ("BLOCK", "num_warps"), configs=CONFIGS,
+               values={"BLOCK": (1024, 2048, 4096, 8192, 16384), "num_warps": (1, 2, 4, 8, 16)})
 
 
 @triton.jit

@@ -1,0 +1,133 @@
+"""Launch configurations between the harness and the kernels' Tuners (kernels/_tuner.py).
+
+The worker tells a Tuner which configuration to use and learns which one it used through this
+module's state alone (nothing here imports kernels/):
+
+    with forcing({"attention.flash_fwd": {"BLOCK_M": 64}}), recording() as log:
+        fn()                      # Tuner.pick returns a config with BLOCK_M=64 and logs it
+    log.configs()                 # {"attention.flash_fwd": {"BLOCK_M": 64, "BLOCK_N": ...}}
+    log.source()                  # "forced"
+
+Picks timed by one worker are persisted in the run directory (store.save_tuner_picks) and
+loaded by the next (`load_picks`), so the time, ncu and nsys passes reuse the check pass's
+choice without timing again: `stored_pick` answers before a Tuner times anything.
+
+config_source of a pick (SOURCES, strongest first; a case's source is the strongest of its
+picks): forced (the YAML fixed it, wholly or in part) | tuned (timed on the GPU) | autotune
+(a `triton.autotune` kernel's choice) | single (one candidate) | interpreter (the CPU
+interpreter's untimed default).
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Iterator
+
+SOURCES = ("forced", "tuned", "autotune", "single", "interpreter")
+
+_FORCED: ContextVar[dict | None] = ContextVar("harness_forced_configs", default=None)
+_LOG: ContextVar["PickLog | None"] = ContextVar("harness_pick_log", default=None)
+
+# tuner name -> repr(key) -> {"config": {field: value}, "source": str}
+_STORED: dict[str, dict[str, dict]] = {}
+_NEW: dict[str, dict[str, dict]] = {}
+
+
+# -- forced configurations ---------------------------------------------------------------------
+
+@contextmanager
+def forcing(configs: dict[str, dict[str, Any]] | None) -> Iterator[None]:
+    """Within the block, `Tuner.pick` of tuner `name` returns a config with the fields of
+    `configs[name]` (all of them: that config; some: the best candidate matching them)."""
+    token = _FORCED.set({k: dict(v) for k, v in (configs or {}).items() if v} or None)
+    try:
+        yield
+    finally:
+        _FORCED.reset(token)
+
+
+def forced(tuner: str) -> dict[str, Any] | None:
+    """The fields forced for `tuner` in this context, or None."""
+    d = _FORCED.get()
+    return d.get(tuner) if d else None
+
+
+# -- the per-call log of picks -----------------------------------------------------------------
+
+class PickLog:
+    """The picks made within a `recording()` block, one per (tuner, key), in call order."""
+
+    def __init__(self) -> None:
+        self.picks: dict[tuple[str, Any], tuple[dict, str]] = {}
+
+    def add(self, tuner: str, key: Any, config: dict, source: str) -> None:
+        self.picks[(tuner, key)] = (config, source)
+
+    def configs(self) -> dict[str, dict]:
+        """{tuner: config}; a tuner picked for several keys in one case (e.g. two GEMMs of
+        different shapes through one Tuner) gives `tuner`, `tuner#2`, ... in call order."""
+        out: dict[str, dict] = {}
+        for (tuner, _), (cfg, _) in self.picks.items():
+            name, n = tuner, 1
+            while name in out:
+                n += 1
+                name = f"{tuner}#{n}"
+            out[name] = cfg
+        return out
+
+    def source(self) -> str | None:
+        """The strongest source among the picks (SOURCES order), None without picks."""
+        seen = {src for _, src in self.picks.values()}
+        return next((s for s in SOURCES if s in seen), None)
+
+    def __len__(self) -> int:
+        return len(self.picks)
+
+
+@contextmanager
+def recording() -> Iterator[PickLog]:
+    log = PickLog()
+    token = _LOG.set(log)
+    try:
+        yield log
+    finally:
+        _LOG.reset(token)
+
+
+def recording_active() -> bool:
+    return _LOG.get() is not None
+
+
+def record(tuner: str, key: Any, config: dict, source: str) -> None:
+    """Called by a Tuner on every pick (a no-op outside `recording()`); `key` is hashable."""
+    log = _LOG.get()
+    if log is not None:
+        log.add(tuner, key, config, source)
+
+
+# -- picks persisted across worker processes ---------------------------------------------------
+
+def load_picks(picks: dict[str, dict[str, dict]]) -> None:
+    """Install the picks stored in a run dir (store.load_tuner_picks) for `stored_pick`."""
+    _STORED.clear()
+    for tuner, by_key in (picks or {}).items():
+        _STORED[tuner] = dict(by_key)
+
+
+def stored_pick(tuner: str, key: Any) -> dict | None:
+    """{"config": {field: value}, "source": ...} picked earlier for (tuner, key), or None."""
+    return _STORED.get(tuner, {}).get(repr(key))
+
+
+def remember(tuner: str, key: Any, config: dict, source: str) -> None:
+    """A Tuner timed a new pick: keep it for `stored_pick` and for `take_new_picks`."""
+    rec = {"config": dict(config), "source": source}
+    _STORED.setdefault(tuner, {})[repr(key)] = rec
+    _NEW.setdefault(tuner, {})[repr(key)] = rec
+
+
+def take_new_picks() -> dict[str, dict[str, dict]]:
+    """The picks remembered since the last call (what a worker persists after a case)."""
+    out = {t: dict(v) for t, v in _NEW.items()}
+    _NEW.clear()
+    return out

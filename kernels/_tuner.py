@@ -1,0 +1,255 @@
+"""The launch-config Tuner every Triton kernel here chooses its configuration with.
+
+    _tuner = Tuner("attention.flash_fwd", fields=("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"),
+                   configs=ALL_CONFIGS, values={"BLOCK_M": (16, 32, 64, 128)},
+                   rules=[Rule(("BLOCK_M", "BLOCK_N"), lambda m, n: m % n == 0,
+                               "BLOCK_M % BLOCK_N == 0")])
+    config = _tuner.pick(key, candidates, launch)     # in warm-up, outside profiled ranges
+
+A candidate is a tuple (or NamedTuple) of the declared `fields`, or a bare value when there is
+one field. Valid values of a field: those in `configs` (the static candidate lists) plus
+`values` (documented extra ones). `rules` are invariants over several fields.
+
+`pick` answers, in this order:
+  1. a configuration forced by the harness (harness.tuning.forcing): all fields -> that config;
+     some -> the best of the candidates matching them (timed as usual), or when none matches,
+     the first candidate with those fields replaced that keeps the rules;
+  2. the pick already made for this key in this process, or persisted by an earlier worker of
+     the run (harness.tuning.stored_pick);
+  3. the only candidate, or in the CPU interpreter the first one (untimed);
+  4. on the GPU: the candidates compiled concurrently (`precompile`), then timed one by one
+     with triton.testing.do_bench; a config that fails to compile or run is skipped.
+Every pick is logged for the harness (harness.tuning.record) with its source.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
+
+from harness import tuning
+
+PRECOMPILE_THREADS = 8
+
+
+def interpreted() -> bool:
+    """True when Triton kernels run in the CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """An invariant over several fields: `test(*values)` must hold (`text` says what it is)."""
+
+    fields: tuple[str, ...]
+    test: Callable[..., bool]
+    text: str
+
+
+def precompile(candidates: Sequence, launch: Callable[[Any], None],
+               initializer: Callable[[], None] | None = None) -> list:
+    """Launch every candidate once so that they are compiled, the first on this thread (it
+    sets up Triton's per-device caches), the rest concurrently from a thread pool (compilation
+    releases the GIL). Returns the candidates that launched, in their order."""
+    def attempt(cfg) -> bool:
+        try:
+            launch(cfg)
+        except Exception:  # a config that does not compile (shared memory, registers): skipped
+            return False
+        return True
+
+    if not candidates:
+        return []
+    first = [candidates[0]] if attempt(candidates[0]) else []
+    rest = list(candidates[1:])
+    if not rest:
+        return first
+    with ThreadPoolExecutor(min(PRECOMPILE_THREADS, len(rest)), initializer=initializer) as ex:
+        results = list(ex.map(attempt, rest))
+    return first + [c for c, good in zip(rest, results) if good]
+
+
+class Tuner:
+    """Pick the fastest launch configuration per key (see the module docstring)."""
+
+    def __init__(self, name: str, fields: Sequence[str] | None = None, *,
+                 configs: Iterable = (), values: Mapping[str, Iterable] | None = None,
+                 rules: Iterable[Rule] = ()):
+        self.name = name
+        self.fields: tuple[str, ...] = tuple(fields or ())
+        self.rules: tuple[Rule, ...] = tuple(rules)
+        self._values: dict[str, set] = {f: set() for f in self.fields}
+        for cfg in configs:
+            for f, v in zip(self.fields, self._tuple(cfg)):
+                self._values[f].add(v)
+        for f, vals in (values or {}).items():
+            if f not in self._values:
+                raise ValueError(f"{name}: values given for {f!r}, not a field "
+                                 f"(fields: {', '.join(self.fields)})")
+            self._values[f].update(vals)
+        for r in self.rules:
+            unknown = [f for f in r.fields if f not in self._values]
+            if unknown:
+                raise ValueError(f"{name}: rule {r.text!r} names unknown field {unknown[0]!r}")
+        self.best: dict[Hashable, Any] = {}
+        self.sources: dict[Hashable, str] = {}
+        self._dicts: dict[Any, dict] = {}
+        self._forced_picks: dict[Hashable, Any] = {}
+
+    # -- what the harness validates a YAML config against ------------------------------------
+    def valid_values(self, field: str) -> tuple:
+        return tuple(sorted(self._values[field], key=lambda v: (str(type(v)), v)))
+
+    def violated(self, config: Mapping[str, Any]) -> str | None:
+        """The text of the first rule `config` (some or all fields) breaks, else None."""
+        for r in self.rules:
+            if all(f in config for f in r.fields):
+                try:
+                    ok = bool(r.test(*(config[f] for f in r.fields)))
+                except (TypeError, ValueError, ZeroDivisionError):
+                    ok = False
+                if not ok:
+                    return r.text
+        return None
+
+    # -- candidates as field dicts -------------------------------------------------------------
+    def _tuple(self, cfg) -> tuple:
+        return tuple(cfg) if isinstance(cfg, tuple) else (cfg,)
+
+    def as_dict(self, cfg) -> dict[str, Any]:
+        vals = self._tuple(cfg)
+        names = self.fields if len(self.fields) == len(vals) else [str(i) for i in
+                                                                   range(len(vals))]
+        return {n: _plain(v) for n, v in zip(names, vals)}
+
+    def make(self, config: Mapping[str, Any], like):
+        """A candidate of the same kind as `like` (tuple, NamedTuple or bare value)."""
+        vals = [config[f] for f in self.fields]
+        if not isinstance(like, tuple):
+            return vals[0]
+        if hasattr(like, "_make"):
+            return type(like)._make(vals)
+        return tuple(vals)
+
+    # -- picking -----------------------------------------------------------------------------
+    def pick(self, key: Hashable, candidates: Sequence, launch: Callable[[Any], None]):
+        candidates = list(candidates)
+        if not candidates:
+            raise ValueError(f"{self.name}: no candidate configurations for {key!r}")
+        fixed = tuning.forced(self.name) if self.fields else None
+        if fixed:
+            fkey = (key, tuple(sorted(fixed.items())))
+            cfg = self._forced_picks.get(fkey)
+            if cfg is None:
+                cfg = self._forced_picks[fkey] = self._forced(key, candidates, launch, fixed)
+            source = "forced"
+        else:
+            cfg = self._best(key, candidates, launch)
+            source = self.sources[key]
+        if tuning.recording_active():  # every call of a timed loop passes here: keep it cheap
+            d = self._dicts.get(cfg)
+            if d is None:
+                d = self._dicts[cfg] = self.as_dict(cfg)
+            tuning.record(self.name, key, dict(d), source)
+        return cfg
+
+    def _forced(self, key, candidates, launch, fixed: dict):
+        unknown = [f for f in fixed if f not in self.fields]
+        if unknown:
+            raise ValueError(f"{self.name}: unknown field {unknown[0]!r} forced (fields: "
+                             f"{', '.join(self.fields)})")
+        if len(fixed) == len(self.fields):
+            cfg = self.make(fixed, candidates[0])
+            broken = self.violated(fixed)
+            if broken:
+                raise ValueError(f"{self.name}: forced config {_fmt(fixed)} breaks {broken}")
+            return cfg
+        matching = [c for c in candidates
+                    if all(self.as_dict(c).get(f) == v for f, v in fixed.items())]
+        if matching:
+            return self._best((key, tuple(sorted(fixed.items()))), matching, launch)
+        for c in candidates:
+            merged = {**self.as_dict(c), **fixed}
+            if not self.violated(merged):
+                return self.make(merged, c)
+        merged = {**self.as_dict(candidates[0]), **fixed}
+        raise ValueError(f"{self.name}: forced {_fmt(fixed)} fits no candidate "
+                         f"({_fmt(merged)} breaks {self.violated(merged)})")
+
+    def _best(self, key, candidates, launch):
+        if key in self.best:
+            return self.best[key]
+        stored = tuning.stored_pick(self.name, key)
+        if stored and self.fields and set(stored.get("config", {})) == set(self.fields):
+            cfg = self.make(stored["config"], candidates[0])
+            if cfg in candidates:  # the code's candidates may have changed since
+                return self._keep(key, cfg, stored.get("source") or "tuned")
+        if len(candidates) == 1 or not self.timing_enabled():
+            return self._keep(key, candidates[0],
+                              "interpreter" if interpreted() else "single")
+        cfg = self._tune(key, candidates, launch)
+        self._keep(key, cfg, "tuned")
+        tuning.remember(self.name, key, self.as_dict(cfg), "tuned")
+        return cfg
+
+    def _keep(self, key, cfg, source: str):
+        self.best[key] = cfg
+        self.sources[key] = source
+        return cfg
+
+    # -- timing (overridable: tests time on the CPU) -------------------------------------------
+    def timing_enabled(self) -> bool:
+        """Whether candidates are timed here (on a GPU: yes; in the interpreter: no)."""
+        return not interpreted()
+
+    def precompile_enabled(self) -> bool:
+        return not interpreted()
+
+    def measure(self, launch: Callable[[Any], None], cfg) -> float:
+        """Milliseconds per launch of `cfg` (median of triton.testing.do_bench)."""
+        import triton.testing
+
+        return triton.testing.do_bench(lambda: launch(cfg), warmup=5, rep=25,
+                                       return_mode="median")
+
+    def _tune(self, key, candidates, launch):
+        todo = candidates
+        if self.precompile_enabled():
+            todo = precompile(candidates, launch, initializer=_cuda_thread_initializer())
+            _synchronize()
+        timings = []
+        for cfg in todo:
+            try:
+                ms = self.measure(launch, cfg)
+            except Exception:  # a config that fails to compile or launch (e.g. out of smem)
+                continue
+            timings.append((ms, cfg))
+        if not timings:
+            raise RuntimeError(f"{self.name}: no launch configuration compiled for {key}")
+        return min(timings, key=lambda t: t[0])[1]
+
+
+def _cuda_thread_initializer() -> Callable[[], None] | None:
+    """Make pool threads use the calling thread's CUDA device."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    dev = torch.cuda.current_device()
+    return lambda: torch.cuda.set_device(dev)
+
+
+def _synchronize() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _plain(v):
+    return v.item() if hasattr(v, "item") else v
+
+
+def _fmt(config: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in config.items())

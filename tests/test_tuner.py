@@ -1,0 +1,183 @@
+"""The Tuner: declared fields and values, forced configs (whole and partial), the pick log,
+picks persisted across processes, and the parallel precompile."""
+import threading
+from typing import NamedTuple
+
+import pytest
+
+from harness import tuning
+from kernels._tuner import Rule, Tuner, precompile
+
+FIELDS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
+CANDS = [(128, 64, 8, 3), (64, 64, 4, 3), (128, 128, 8, 2)]
+
+
+class CPUTuner(Tuner):
+    """Times on the CPU (the interpreter normally never times): fake milliseconds per config."""
+
+    def __init__(self, *a, ms=None, **kw):
+        super().__init__(*a, **kw)
+        self.ms = ms or {}
+        self.timed = []
+
+    def timing_enabled(self):
+        return True
+
+    def precompile_enabled(self):
+        return False
+
+    def measure(self, launch, cfg):
+        launch(cfg)
+        self.timed.append(cfg)
+        return self.ms.get(cfg, 1.0)
+
+
+def flash_like(cls=Tuner, **kw):
+    return cls("t.flash", FIELDS, configs=CANDS, values={"BLOCK_M": (16, 32)},
+               rules=[Rule(("BLOCK_M", "BLOCK_N"), lambda m, n: m % n == 0,
+                           "BLOCK_M % BLOCK_N == 0")], **kw)
+
+
+@pytest.fixture(autouse=True)
+def _clean_picks():
+    tuning.load_picks({})
+    tuning.take_new_picks()
+    yield
+    tuning.load_picks({})
+    tuning.take_new_picks()
+
+
+def test_valid_values_are_the_candidates_plus_the_documented_extras():
+    t = flash_like()
+    assert t.valid_values("BLOCK_M") == (16, 32, 64, 128)
+    assert t.valid_values("num_stages") == (2, 3)
+    assert t.violated({"BLOCK_M": 32, "BLOCK_N": 64}) == "BLOCK_M % BLOCK_N == 0"
+    assert t.violated({"BLOCK_M": 128}) is None  # a rule needs all its fields
+    with pytest.raises(ValueError, match="not a field"):
+        Tuner("bad", ("A",), values={"B": (1,)})
+
+
+def test_interpreter_uses_the_first_candidate_untimed_and_logs_it():
+    t = flash_like()
+    with tuning.recording() as log:
+        assert t.pick("k", CANDS, lambda c: pytest.fail("no launch")) == CANDS[0]
+    assert log.configs() == {"t.flash": {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8,
+                                         "num_stages": 3}}
+    assert log.source() == "interpreter"
+
+
+def test_a_whole_forced_config_wins_and_is_not_cached_as_the_pick():
+    t = flash_like()
+    with tuning.forcing({"t.flash": dict(zip(FIELDS, (32, 16, 2, 5)))}), \
+            tuning.recording() as log:
+        assert t.pick("k", CANDS, lambda c: None) == (32, 16, 2, 5)
+    assert log.source() == "forced"
+    assert t.pick("k", CANDS, lambda c: None) == CANDS[0]  # outside the block: unforced
+    with tuning.forcing({"t.flash": dict(zip(FIELDS, (32, 64, 4, 3)))}):
+        with pytest.raises(ValueError, match="BLOCK_M % BLOCK_N == 0"):
+            t.pick("k", CANDS, lambda c: None)
+
+
+def test_a_partial_forced_config_times_only_the_matching_candidates():
+    t = flash_like(CPUTuner, ms={(128, 64, 8, 3): 2.0, (128, 128, 8, 2): 1.0})
+    with tuning.forcing({"t.flash": {"BLOCK_M": 128}}), tuning.recording() as log:
+        assert t.pick("k", CANDS, lambda c: None) == (128, 128, 8, 2)
+    assert sorted(t.timed) == [(128, 64, 8, 3), (128, 128, 8, 2)]
+    assert log.source() == "forced"
+    # no candidate has BLOCK_N=32: the first candidate that keeps the rules, with it replaced
+    with tuning.forcing({"t.flash": {"BLOCK_N": 32, "num_stages": 4}}):
+        assert t.pick("k", CANDS, lambda c: None) == (128, 32, 8, 4)
+    with tuning.forcing({"t.flash": {"BLOCK_M": 16, "BLOCK_N": 128}}):
+        with pytest.raises(ValueError, match="fits no candidate"):
+            t.pick("k", CANDS, lambda c: None)
+
+
+class Cfg(NamedTuple):
+    block: int
+    warps: int
+
+
+def test_namedtuple_and_bare_value_candidates_keep_their_kind():
+    t = Tuner("t.nt", ("BLOCK", "num_warps"), configs=[Cfg(64, 4)], values={"BLOCK": (128,)})
+    with tuning.forcing({"t.nt": {"BLOCK": 128, "num_warps": 4}}):
+        got = t.pick("k", [Cfg(64, 4)], lambda c: None)
+    assert isinstance(got, Cfg) and got == Cfg(128, 4)
+    w = Tuner("t.warps", ("num_warps",), values={"num_warps": (4, 8)})
+    with tuning.forcing({"t.warps": {"num_warps": 8}}), tuning.recording() as log:
+        assert w.pick("k", [4, 8], lambda c: None) == 8
+    assert log.configs() == {"t.warps": {"num_warps": 8}}
+
+
+def test_the_log_names_repeated_picks_of_one_tuner_and_the_strongest_source():
+    t = flash_like()
+    with tuning.recording() as log:
+        t.pick("a", CANDS, lambda c: None)
+        t.pick("b", CANDS[1:], lambda c: None)
+        t.pick("a", CANDS, lambda c: None)  # the same key again: one entry
+    assert list(log.configs()) == ["t.flash", "t.flash#2"]
+    log.add("other", "k", {}, "forced")
+    assert log.source() == "forced"
+
+
+def test_timed_picks_are_remembered_and_a_later_process_reuses_them(tmp_path):
+    from harness import store
+
+    t = flash_like(CPUTuner, ms={(64, 64, 4, 3): 0.5})
+    assert t.pick(("fwd", 1), CANDS, lambda c: None) == (64, 64, 4, 3)
+    assert len(t.timed) == 3
+    new = tuning.take_new_picks()
+    assert new == {"t.flash": {repr(("fwd", 1)): {
+        "config": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3},
+        "source": "tuned"}}}
+    store.save_tuner_picks(tmp_path, new, shard="gpu1")
+    # a fresh Tuner (another worker process) with the stored picks loaded times nothing
+    fresh = flash_like(CPUTuner)
+    tuning.load_picks(store.load_tuner_picks(tmp_path))
+    with tuning.recording() as log:
+        assert fresh.pick(("fwd", 1), CANDS, lambda c: None) == (64, 64, 4, 3)
+    assert fresh.timed == [] and log.source() == "tuned"
+    assert tuning.take_new_picks() == {}
+    # a stored pick that is no longer among the candidates (the code changed) is timed again
+    other = flash_like(CPUTuner)
+    assert other.pick(("fwd", 1), [CANDS[0], CANDS[2]], lambda c: None) in (CANDS[0], CANDS[2])
+    assert len(other.timed) == 2
+
+
+def test_pick_files_merge_across_shards(tmp_path):
+    from harness import store
+
+    store.save_tuner_picks(tmp_path, {"a": {"k1": {"config": {"X": 1}, "source": "tuned"}}})
+    store.save_tuner_picks(tmp_path, {"a": {"k2": {"config": {"X": 2}, "source": "tuned"}}},
+                           shard="gpu0")
+    store.save_tuner_picks(tmp_path, {"a": {"k3": {"config": {"X": 3}, "source": "tuned"}}},
+                           shard="gpu0")
+    (tmp_path / "tuner_picks.gpu1.json").write_text("{torn")
+    picks = store.load_tuner_picks(tmp_path)
+    assert sorted(picks["a"]) == ["k1", "k2", "k3"]
+
+
+def test_precompile_launches_the_first_here_the_rest_in_threads_and_skips_failures():
+    main = threading.get_ident()
+    where = {}
+
+    def launch(cfg):
+        where[cfg] = threading.get_ident()
+        if cfg == "bad":
+            raise RuntimeError("out of shared memory")
+
+    ok = precompile(["a", "b", "bad", "c"], launch)
+    assert ok == ["a", "b", "c"]
+    assert where["a"] == main
+    assert all(where[c] != main for c in ("b", "bad", "c"))
+    assert precompile(["bad"], launch) == []
+
+
+def test_a_tuner_skips_configs_that_fail_to_compile():
+    class Failing(CPUTuner):
+        def measure(self, launch, cfg):
+            if cfg == CANDS[0]:
+                raise RuntimeError("too many registers")
+            return super().measure(launch, cfg)
+
+    t = flash_like(Failing, ms={CANDS[1]: 3.0, CANDS[2]: 2.0})
+    assert t.pick("k", CANDS, lambda c: None) == CANDS[2]
