@@ -287,7 +287,8 @@ def summary_table(df: pd.DataFrame, cpu: bool) -> pd.DataFrame:
                           ("tflops", "TFLOP/s"), ("pct_of_roof", "% roof"), ("bound", "bound")):
             if col in df:
                 out[name] = df[col]
-    for col, name in (("dram_throughput_pct", "DRAM %"), ("achieved_occupancy_pct", "occ %"),
+    for col, name in (("dram_throughput_pct", "DRAM %"), ("excess_traffic", "traffic x min"),
+                      ("achieved_occupancy_pct", "occ %"),
                       ("top_stall", "top stall"), ("kernel_count", "kernels"),
                       ("verdict", "verdict")):
         if col in df:
