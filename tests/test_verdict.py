@@ -165,6 +165,7 @@ def test_without_ncu_the_verdict_is_the_analytic_placement():
     row = {"case_id": "triton.M=8192.N=8192.float16", "dtype": "float16", "median_ms": 0.0691}
     j = judge_row(row, "softmax")
     assert j.text.startswith("memory-bound at 92% of the DRAM roof (analytic placement, no ncu)")
+    assert j.bound is None  # no ncu breakdown: no limiter, only the placement's side
     assert j.lever.startswith("at the memory roof: done")
     assert VERDICT_ROOF.sub(r"\1-bound", j.text).startswith(
         "memory-bound (analytic placement, no ncu)")  # the report's % column keeps the number
@@ -197,7 +198,8 @@ def test_annotate_stores_excess_traffic_as_a_derived_metric_once(tmp_path):
     res = annotate(run, get_op("attention")).set_index("case_id")
     assert res.loc[f"naive.{SHAPE}", "verdict"] == judged(FLASH, "attention",
                                                           f"naive.{SHAPE}").text
-    assert res.loc[f"triton_flash.{SHAPE}", "bound"] == "latency"
+    assert res.loc[f"triton_flash.{SHAPE}", "limiter"] == "latency"
+    assert res.bound.isna().all()  # the analytic placement needs an events median: none here
     annotate(run, get_op("attention"))  # again: replaces, never duplicates
     m = store.load_metrics(run)
     ex = m[(m.source == "derived") & (m.name == "excess_traffic")]
@@ -225,4 +227,4 @@ def test_show_and_dashboard_carry_the_new_verdict(tmp_path):
     table = summary_table(summary_frame(run), cpu=False)
     row = table[table.impl == "naive"].iloc[0]
     assert row["verdict"] == naive and row["traffic x min"] == pytest.approx(48.8, abs=0.1)
-    assert row["bound"] == "compute"
+    assert row["limit (ncu)"] == "compute"

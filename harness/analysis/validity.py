@@ -61,7 +61,7 @@ def annotate(run_dir: str | Path, op: Op) -> pd.DataFrame:
     profiled = {k: str(v).startswith("done") for k, v in passes.items()}
     res = store.load_results(run_dir)
     by_case = {r["case_id"]: r for r in view.to_dict("records")}
-    flags, bounds, pcts, verdicts = [], [], [], []
+    flags, bounds, pcts, limiters, verdicts = [], [], [], [], []
     excess: dict[str, float] = {}
     from harness.results import gpu_models
 
@@ -83,14 +83,18 @@ def annotate(run_dir: str | Path, op: Op) -> pd.DataFrame:
             judged, place = assess(row, op.flop_count(params),
                                    op.byte_count(params, ITEMSIZE[row["dtype"]]), ceil,
                                    env.get("device") == "cuda")
-        pcts.append(place.pct_of_roof * 100 if place else None)  # analytic, as the report says
+        # bound / pct_of_roof: the analytic placement (the report's "% of roof" says so);
+        # limiter: what ncu's breakdown says limits the case (memory | compute | latency)
+        bounds.append(place.bound if place else None)
+        pcts.append(place.pct_of_roof * 100 if place else None)
         has_facts = place is not None or _num(row.get("ncu_duration_us")) is not None
         ok = judged is not None and has_facts and row.get("status") == "ok" and not mixed
-        bounds.append(judged.bound if ok else None)
+        limiters.append(judged.bound if ok else None)
         verdicts.append(judged.text if ok else None)
         if judged is not None and judged.excess is not None:
             excess[case_id] = judged.excess
-    res = res.assign(flags=flags, bound=bounds, pct_of_roof=pcts, verdict=verdicts)
+    res = res.assign(flags=flags, bound=bounds, pct_of_roof=pcts, limiter=limiters,
+                     verdict=verdicts)
     store.write_table(run_dir, "results", res)
     write_excess_traffic(run_dir, excess)
     return res

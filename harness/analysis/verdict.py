@@ -65,7 +65,7 @@ STALL_ADVICE = {
 
 @dataclass(frozen=True)
 class Judgement:
-    bound: str | None  # memory | compute | latency (ncu), memory | compute (analytic), None
+    bound: str | None  # memory | compute | latency from ncu's breakdown; None without one
     text: str  # the one-line verdict
     lever: str | None
     excess: float | None  # counted DRAM bytes / the op's minimum
@@ -223,8 +223,7 @@ def _analytic_only(facts: dict, p: Placement | None, excess: float | None) -> Ju
     elif st:
         lever = STALL_ADVICE.get(st[0][0])
     text = "; ".join(parts) if parts else "no roofline or profiler data"
-    return Judgement(p.bound if p is not None else None,
-                     f"{text} -> next lever: {lever}" if lever else text, lever, excess, p)
+    return Judgement(None, f"{text} -> next lever: {lever}" if lever else text, lever, excess, p)
 
 
 def assess(row: dict, flops: float | None, min_bytes: float | None, ceil: Ceilings | None,
