@@ -284,10 +284,12 @@ def summary_table(df: pd.DataFrame, cpu: bool) -> pd.DataFrame:
     })
     if not cpu:  # interpreter timings say nothing about speed
         for col, name in (("speedup_vs_baseline", "speedup"), ("gbps", "GB/s"),
-                          ("tflops", "TFLOP/s"), ("pct_of_roof", "% roof"), ("bound", "bound")):
+                          ("tflops", "TFLOP/s"), ("pct_of_roof", "% roof"), ("bound", "bound"),
+                          ("limiter", "limit (ncu)")):
             if col in df:
                 out[name] = df[col]
-    for col, name in (("dram_throughput_pct", "DRAM %"), ("achieved_occupancy_pct", "occ %"),
+    for col, name in (("dram_throughput_pct", "DRAM %"), ("excess_traffic", "traffic x min"),
+                      ("achieved_occupancy_pct", "occ %"),
                       ("top_stall", "top stall"), ("kernel_count", "kernels"),
                       ("verdict", "verdict")):
         if col in df:

@@ -97,6 +97,47 @@ def test_live_log_with_prof_and_application_lines():
                  "registers_per_thread") > 0
 
 
+SECTIONS_ONLY = {  # file: case, kernel, DRAM %, SM clock (Hz) as printed in the CSV
+    "sections_only_softmax_raw.csv": (TRITON_8K, "_softmax_rows", 80.27, 1951702927.22),
+    "sections_only_flash_raw.csv": (
+        "triton_flash.B=4.H=16.N=4096.D=128.causal=false.mode=fwd.float16", "_flash_fwd_kernel",
+        4.86, 1780681184.16)}
+
+
+@pytest.mark.parametrize("name", sorted(SECTIONS_ONLY))
+def test_sections_only_capture_gives_dram_throughput_and_sm_clock(name):
+    """ncu 2025 with sections only writes gpu__dram_throughput... (SpeedOfLight) and no
+    dram__throughput...; SM Frequency is gpc__cycles_elapsed.avg.per_second there."""
+    case, kernel, dram, clock = SECTIONS_ONLY[name]
+    text = (FIX / name).read_text()
+    assert "dram__throughput.avg.pct_of_peak_sustained_elapsed" not in text  # the bug's input
+    df = P.parse_raw_csv(text)
+    assert value(df, case, kernel, "dram_throughput_pct") == pytest.approx(dram)
+    assert value(df, case, kernel, "sm_clock_hz") == pytest.approx(clock)
+
+
+def test_sections_only_ncu_rep_gives_dram_throughput_like_its_csv():
+    rep = P.parse_report(FIX / "sections_only_softmax.ncu-rep")
+    csv = P.parse_raw_csv((FIX / "sections_only_softmax_raw.csv").read_text())
+    assert value(rep, TRITON_8K, "_softmax_rows", "dram_throughput_pct") == pytest.approx(80.267,
+                                                                                        abs=1e-3)
+    a = csv.set_index(["case_id", "kernel", "name"]).value
+    b = rep.set_index(["case_id", "kernel", "name"]).value
+    both = pd.concat([a, b], axis=1, keys=["csv", "rep"], join="inner")
+    assert len(both) == len(a) == len(b)
+    assert {"dram_throughput_pct", "sm_clock_hz"} <= set(both.index.get_level_values("name"))
+    diff = (both.csv - both.rep).abs()
+    assert (diff <= both.rep.abs() * 1e-3 + 0.006).all(), both[diff > both.rep.abs() * 1e-3 + 0.006]
+
+
+def test_dram_throughput_prefers_dram_name_over_its_gpu_alias():
+    rows = P.canonical_rows("c", "k", {"dram__throughput.avg.pct_of_peak_sustained_elapsed": 70.0,
+                                       "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": 71.0})
+    assert [r[4] for r in rows if r[3] == "dram_throughput_pct"] == [70.0]
+    rows = P.canonical_rows("c", "k", {"gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": 71.0})
+    assert [r[4] for r in rows if r[3] == "dram_throughput_pct"] == [71.0]
+
+
 def test_numbers_units_and_na():
     assert P.num("1,980,000") == 1980000.0
     assert P.num("3,196,575,731.74") == pytest.approx(3196575731.74)

@@ -2,8 +2,11 @@
 
     ridge      = peak_tflops / peak_TB/s                     (FLOP per byte)
     roof(AI)   = min(peak_tflops, AI * peak_TB/s)
-    pct_of_roof = achieved / roof(AI)                         (AI from the op's analytic counts)
+    pct_of_roof = achieved / roof(AI)
     bound      = memory if AI < ridge else compute
+
+Two bases: "analytic" (the op's flops()/bytes() over the CUDA-event median) and "counted"
+(ncu's counted FLOPs over its DRAM bytes, timed by ncu's duration): what the kernel really moved.
 
 The compute roof for a case is the tensor-core matmul rate of its dtype (fp16/bf16) and the
 measured fp32 FMA rate for float32 cases.
@@ -39,22 +42,30 @@ class Ceilings:
 
 @dataclass(frozen=True)
 class Placement:
-    intensity: float | None  # FLOP/byte (analytic)
-    bound: str  # memory | compute
+    intensity: float | None  # FLOP/byte
+    bound: str  # memory | compute: the side of the ridge the intensity falls on
     pct_of_roof: float  # 0..1+
     roof_tflops: float | None
     achieved_tflops: float | None
     achieved_gbps: float | None
+    basis: str = "analytic"  # analytic | counted
 
 
-def place(flops: float, nbytes: float, median_ms: float, dtype: str, ceil: Ceilings) -> Placement:
+def place(flops: float, nbytes: float, median_ms: float, dtype: str, ceil: Ceilings,
+          basis: str = "analytic") -> Placement:
     secs = median_ms * 1e-3
     gbps = nbytes / secs / 1e9 if nbytes else None
     tflops = flops / secs / 1e12 if flops else None
     if not flops:
-        return Placement(0.0, "memory", (gbps or 0) / ceil.copy_gbps, None, None, gbps)
+        return Placement(0.0, "memory", (gbps or 0) / ceil.copy_gbps, None, None, gbps, basis)
     ai = flops / nbytes if nbytes else math.inf
     peak = ceil.compute_roof(dtype)
     roof = min(peak, ai * ceil.copy_gbps / 1e3)
     bound = "memory" if ai < ceil.ridge(dtype) else "compute"
-    return Placement(ai, bound, tflops / roof if roof else math.nan, roof, tflops, gbps)
+    return Placement(ai, bound, tflops / roof if roof else math.nan, roof, tflops, gbps, basis)
+
+
+def place_counted(flop_count: float, dram_bytes: float, duration_us: float, dtype: str,
+                  ceil: Ceilings) -> Placement:
+    """Placement from what ncu counted: FLOPs, DRAM bytes read + written, kernel duration."""
+    return place(flop_count, dram_bytes, duration_us * 1e-3, dtype, ceil, basis="counted")

@@ -2,7 +2,9 @@
 
 For a case with several kernels, additive counters (duration, DRAM bytes, FLOPs) are summed and
 the per-launch facts (occupancy, registers, stalls, limiter) are those of the dominant kernel —
-the one with the longest ncu duration.
+the one with the longest ncu duration. The speed-of-light percentages are also given for the
+case as a whole (`case_<name>`): their mean over the case's kernels weighted by ncu duration,
+i.e. the share of peak the case used over its whole time (one kernel: its own value).
 """
 from __future__ import annotations
 
@@ -20,6 +22,19 @@ DOMINANT = ("dram_throughput_pct", "sm_throughput_pct", "memory_throughput_pct",
             "achieved_occupancy_pct", "theoretical_occupancy_pct", "registers_per_thread",
             "shared_mem_per_block_bytes", "block_size", "grid_size", "waves_per_sm",
             "tensor_pipe_pct", "l1_hit_rate_pct", "l2_hit_rate_pct", "sm_clock_hz")
+WEIGHTED = ("sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct",
+            "tensor_pipe_pct")
+
+
+def _weighted(wide: pd.DataFrame, name: str) -> float | None:
+    """`name` averaged over the kernels, weighted by their ncu duration."""
+    if name not in wide or "duration_us" not in wide:
+        return None
+    ok = wide[name].notna() & wide["duration_us"].notna()
+    total = float(wide.loc[ok, "duration_us"].sum())
+    if not ok.any() or total <= 0:
+        return None
+    return float((wide.loc[ok, name] * wide.loc[ok, "duration_us"]).sum()) / total
 
 
 def ncu_case_view(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -36,9 +51,15 @@ def ncu_case_view(metrics: pd.DataFrame) -> pd.DataFrame:
         dom = wide["duration_us"].idxmax() if "duration_us" in wide and wide[
             "duration_us"].notna().any() else wide.index[0]
         row["dominant_kernel"] = dom
+        if "duration_us" in wide and wide["duration_us"].sum() > 0:
+            row["dominant_share"] = float(wide.loc[dom, "duration_us"] / wide["duration_us"].sum())
         for k in DOMINANT:
             if k in wide and pd.notna(wide.loc[dom, k]):
                 row[k] = float(wide.loc[dom, k])
+        for k in WEIGHTED:
+            v = _weighted(wide, k)
+            if v is not None:
+                row["case_" + k] = v
         lim = g[(g.kernel == dom) & (g.name == "occupancy_limiter")]
         if len(lim):
             row["occupancy_limiter"] = lim.unit.iloc[0]
@@ -87,6 +108,16 @@ def kernel_view(metrics: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def derived_view(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Per case: the case-level derived metrics (source `derived`, e.g. excess_traffic)."""
+    if not len(metrics):
+        return pd.DataFrame()
+    m = metrics[(metrics.source == "derived") & (metrics.kernel == "")]
+    if not len(m):
+        return pd.DataFrame()
+    return m.pivot_table(index="case_id", columns="name", values="value", aggfunc="first")
+
+
 def summary_frame(run_dir: str | Path) -> pd.DataFrame:
     """Cases joined with results and per-case profiler facts (one row per case)."""
     cases = store.load_cases(run_dir)
@@ -96,6 +127,9 @@ def summary_frame(run_dir: str | Path) -> pd.DataFrame:
     ncu = ncu_case_view(metrics)
     if len(ncu):
         df = df.merge(ncu, left_on="case_id", right_index=True, how="left")
+    derived = derived_view(metrics)
+    if len(derived):
+        df = df.merge(derived, left_on="case_id", right_index=True, how="left")
     kv = kernel_view(metrics)
     if len(kv):
         df = df.merge(kv, left_on="case_id", right_index=True, how="left")

@@ -1,4 +1,5 @@
-"""Validity flags and verdicts, written onto results.parquet after the profiler passes.
+"""Validity flags and verdicts, written onto results.parquet after the profiler passes; the
+excess-traffic factor of each ncu-profiled case goes into metrics.parquet (source `derived`).
 
 Flags (strings, stored as a JSON list per case):
   kernels       the number of kernels in the case's NVTX range differs from what the impl
@@ -16,7 +17,7 @@ import pandas as pd
 
 from harness import store
 from harness.analysis import roofline, summary
-from harness.analysis.verdict import verdict
+from harness.analysis.verdict import assess
 from harness.registry import Op, Params
 from harness.results import ITEMSIZE
 from harness.values import finite as _num
@@ -60,7 +61,8 @@ def annotate(run_dir: str | Path, op: Op) -> pd.DataFrame:
     profiled = {k: str(v).startswith("done") for k, v in passes.items()}
     res = store.load_results(run_dir)
     by_case = {r["case_id"]: r for r in view.to_dict("records")}
-    flags, bounds, pcts, verdicts = [], [], [], []
+    flags, bounds, pcts, limiters, verdicts = [], [], [], [], []
+    excess: dict[str, float] = {}
     from harness.results import gpu_models
 
     models = gpu_models(store.load_cases(run_dir))
@@ -76,17 +78,38 @@ def annotate(run_dir: str | Path, op: Op) -> pd.DataFrame:
         if mixed:
             f.append(f"gpus: the run mixes GPU models ({', '.join(models)}); no verdict")
         flags.append(json.dumps(f))
-        med = _num(row.get("median_ms"))
-        place = None
-        if ceil is not None and med and env.get("device") == "cuda":
-            place = roofline.place(op.flop_count(params),
-                                   op.byte_count(params, ITEMSIZE[row["dtype"]]), med,
-                                   row["dtype"], ceil)
+        judged, place = None, None
+        if row.get("dtype") in ITEMSIZE:
+            judged, place = assess(row, op.flop_count(params),
+                                   op.byte_count(params, ITEMSIZE[row["dtype"]]), ceil,
+                                   env.get("device") == "cuda")
+        # bound / pct_of_roof: the analytic placement (the report's "% of roof" says so);
+        # limiter: what ncu's breakdown says limits the case (memory | compute | latency)
         bounds.append(place.bound if place else None)
         pcts.append(place.pct_of_roof * 100 if place else None)
         has_facts = place is not None or _num(row.get("ncu_duration_us")) is not None
-        verdicts.append(verdict(place, row) if has_facts and row.get("status") == "ok"
-                        and not mixed else None)
-    res = res.assign(flags=flags, bound=bounds, pct_of_roof=pcts, verdict=verdicts)
+        ok = judged is not None and has_facts and row.get("status") == "ok" and not mixed
+        limiters.append(judged.bound if ok else None)
+        verdicts.append(judged.text if ok else None)
+        if judged is not None and judged.excess is not None:
+            excess[case_id] = judged.excess
+    res = res.assign(flags=flags, bound=bounds, pct_of_roof=pcts, limiter=limiters,
+                     verdict=verdicts)
     store.write_table(run_dir, "results", res)
+    write_excess_traffic(run_dir, excess)
     return res
+
+
+def write_excess_traffic(run_dir: Path, excess: dict[str, float]) -> None:
+    """metrics.parquet: one `excess_traffic` row (source derived, kernel "") per case, replacing
+    those of an earlier annotate."""
+    m = store.load_metrics(run_dir)
+    stale = (m.source == "derived") & (m.name == "excess_traffic")
+    if not excess and not stale.any():
+        return  # nothing to add, nothing to drop: leave the file as it is
+    rows = pd.DataFrame({"case_id": list(excess), "source": "derived", "kernel": "",
+                         "name": "excess_traffic", "value": [float(v) for v in excess.values()],
+                         "unit": "x"})
+    frames = [f for f in (m[~stale], rows) if len(f)]
+    store.write_table(run_dir, "metrics", pd.concat(frames, ignore_index=True) if frames
+                      else rows)

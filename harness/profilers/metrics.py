@@ -38,6 +38,19 @@ for _r in STALL_REASONS:
     NCU_METRICS[f"stall_{_r}"] = (
         f"smsp__average_warps_issue_stalled_{_r}_per_issue_active.ratio", "cycles/inst", 1.0)
 
+# Other spellings of a canonical metric, tried in order when its NCU_METRICS name is absent. The
+# SpeedOfLight section of ncu 2025 (raw page and .ncu-rep made with sections only, no --metrics)
+# names DRAM throughput and the SM clock differently; the NCU_METRICS name wins when both are there.
+NCU_ALIASES: dict[str, tuple[str, ...]] = {
+    "dram_throughput_pct": ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",),
+    "sm_clock_hz": ("gpc__cycles_elapsed.avg.per_second",),
+}
+
+
+def raw_names(canonical: str) -> tuple[str, ...]:
+    """Every raw name `canonical` is read from, preferred first."""
+    return (NCU_METRICS[canonical][0], *NCU_ALIASES.get(canonical, ()))
+
 OCCUPANCY_LIMITS = {
     "registers": "launch__occupancy_limit_registers",
     "shared_mem": "launch__occupancy_limit_shared_mem",

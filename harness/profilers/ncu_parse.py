@@ -54,8 +54,8 @@ def nvtx_case(cell: str, domain: str = DOMAIN) -> str | None:
 def canonical_rows(case_id: str, kernel: str, raw: dict[str, float], source: str = "ncu"):
     """Canonical rows for one kernel from its raw metrics (raw name -> base-unit value)."""
     out = []
-    for canon, (raw_name, unit, scale) in M.NCU_METRICS.items():
-        v = raw.get(raw_name)
+    for canon, (_, unit, scale) in M.NCU_METRICS.items():
+        v = next((raw[r] for r in M.raw_names(canon) if raw.get(r) is not None), None)
         if v is not None:
             out.append((case_id, source, kernel, canon, v * scale, unit))
     limits = {k: raw[r] for k, r in M.OCCUPANCY_LIMITS.items() if raw.get(r) is not None}
@@ -213,8 +213,8 @@ def load_ncu_report_module():
 def parse_report(path: str | Path) -> pd.DataFrame:
     ncu_report = load_ncu_report_module()
     ctx = ncu_report.load_report(str(path))
-    wanted = ({r for r, _, _ in M.NCU_METRICS.values()} | set(M.OCCUPANCY_LIMITS.values())
-              | {r for r, _ in M.FLOP_COUNTERS.values()})
+    wanted = ({r for c in M.NCU_METRICS for r in M.raw_names(c)}
+              | set(M.OCCUPANCY_LIMITS.values()) | {r for r, _ in M.FLOP_COUNTERS.values()})
     names = _Kernels()
     out = []
     for ri in range(ctx.num_ranges()):
