@@ -18,6 +18,7 @@ from pathlib import Path
 
 from harness import store
 from harness.errors import HarnessError
+from harness.store_option import add_store_argument
 
 HELP = "render a run as Markdown (PR comment) and self-contained HTML with charts (+ PNGs)"
 TEMPLATES = Path(__file__).parent / "templates"
@@ -35,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="embed a comparison with this base run (run id or directory)")
     p.add_argument("--format", choices=("md", "html", "both"), default="both")
     p.add_argument("--out", default=None, help="output directory (default: reports/<run_id>/)")
-    p.add_argument("--store", default="runs", help="store root (default: runs/)")
+    add_store_argument(p)
     p.add_argument("--allow-incomparable", action="store_true",
                    help="with --against: compare even if GPU/driver/clock limits differ "
                         "(flagged in the report)")
