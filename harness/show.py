@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from harness import store
@@ -151,9 +152,9 @@ def render(run_dir: str | Path, console: Console) -> None:
         if not cpu:
             legend += "; speedup = baseline median / median (correct cases only)"
         console.print(f"[dim]{legend}[/]")
-    for r in df.to_dict("records"):
-        if r["status"] in ("failed", "error", "timeout", "skipped") and r.get("error"):
-            console.print(f"[red]{r['status']}[/] {r['case_id']}: {r['error']}")
+    for status, text in not_ok_lines(df):
+        console.print(f"[{'dim' if status == 'skipped' else 'red'}]{status}[/] {escape(text)}",
+                      highlight=False)
     for r in df.to_dict("records"):
         for fl in json.loads(r.get("flags") or "[]") if isinstance(r.get("flags"), str) else []:
             console.print(f"[yellow]flag[/] {r['case_id']}: {fl}")
@@ -171,6 +172,28 @@ def render(run_dir: str | Path, console: Console) -> None:
         from harness.runner import wall_line
 
         console.print(wall_line(m["pass_wall_s"]))
+
+
+def not_ok_lines(df: pd.DataFrame) -> list[tuple[str, str]]:
+    """(status, text): one per failed/errored/timed-out case; skipped cases, which share their
+    reason (a CPU run's CUDA-only impls), one per (impl, reason) with the count. Each case keeps
+    its own reason in the store."""
+    out: list[tuple[str, str]] = []
+    skipped: dict[tuple[str, str], int] = {}
+    for r in df.to_dict("records"):
+        if r["status"] not in ("failed", "error", "timeout", "skipped") or not r.get("error"):
+            continue
+        if r["status"] == "skipped":
+            key = (r["impl"], str(r["error"]))
+            if key not in skipped:
+                out.append(("skipped", key))
+            skipped[key] = skipped.get(key, 0) + 1
+        else:
+            out.append((r["status"], f"{r['case_id']}: {r['error']}"))
+    per_impl = df["impl"].value_counts()
+    return [(st, f"{t[0]}: {skipped[t]} of {per_impl[t[0]]} case"
+                 f"{'s' if per_impl[t[0]] != 1 else ''}: {t[1]}") if st == "skipped" else (st, t)
+            for st, t in out]
 
 
 # -- hot source lines (ncu SourceCounters) -------------------------------------------------------
