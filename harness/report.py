@@ -112,14 +112,20 @@ class Report:
 
     # -- documents ------------------------------------------------------------------------------
     def markdown(self, *, charts: list[tuple[str, str]] | None = None, png_note: str | None = None,
-                 generated: str | None = None) -> str:
+                 generated: str | None = None, limit: int | None = None) -> str:
+        """The PR comment: at most `limit` characters (default report_budget.LIMIT), the least
+        important parts cut first and named at the end."""
         from harness.analysis import compare_cli
+
+        from harness import report_budget
 
         comparison = (compare_cli.to_markdown(self.comparison, heading="##")
                       if self.comparison is not None else None)
-        return _env().get_template("report.md.j2").render(
-            **self.ctx, comparison=comparison, charts=charts, png_note=png_note,
-            generated=generated or _now())
+        template = _env().get_template("report.md.j2")
+        ctx = {**self.ctx, "comparison": comparison, "charts": charts, "png_note": png_note,
+               "generated": generated or _now()}
+        return report_budget.fit(lambda c: template.render(**c), ctx,
+                                 report_budget.LIMIT if limit is None else limit)
 
     def html(self, figs: dict, *, generated: str | None = None) -> str:
         import plotly.io as pio

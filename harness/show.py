@@ -174,26 +174,35 @@ def render(run_dir: str | Path, console: Console) -> None:
         console.print(wall_line(m["pass_wall_s"]))
 
 
-def not_ok_lines(df: pd.DataFrame) -> list[tuple[str, str]]:
-    """(status, text): one per failed/errored/timed-out case; skipped cases, which share their
-    reason (a CPU run's CUDA-only impls), one per (impl, reason) with the count. Each case keeps
-    its own reason in the store."""
-    out: list[tuple[str, str]] = []
-    skipped: dict[tuple[str, str], int] = {}
+def not_ok_groups(df: pd.DataFrame) -> list[dict]:
+    """The cases that did not pass, as {status, impl, case_id, count, total, error}: one per
+    failed/errored/timed-out case; skipped cases, which share their reason (a CPU run's
+    CUDA-only impls), one per (impl, reason) with case_id None and the count of that impl's
+    cases. Each case keeps its own reason in the store."""
+    out: list[dict] = []
+    skipped: dict[tuple[str, str], dict] = {}
+    total = df["impl"].value_counts() if len(df) else {}
     for r in df.to_dict("records"):
         if r["status"] not in ("failed", "error", "timeout", "skipped") or not r.get("error"):
             continue
-        if r["status"] == "skipped":
-            key = (r["impl"], str(r["error"]))
-            if key not in skipped:
-                out.append(("skipped", key))
-            skipped[key] = skipped.get(key, 0) + 1
+        g = {"status": r["status"], "impl": r["impl"], "case_id": r["case_id"], "count": 1,
+             "total": int(total[r["impl"]]), "error": str(r["error"])}
+        if r["status"] != "skipped":
+            out.append(g)
+        elif (r["impl"], g["error"]) in skipped:
+            skipped[(r["impl"], g["error"])]["count"] += 1
         else:
-            out.append((r["status"], f"{r['case_id']}: {r['error']}"))
-    per_impl = df["impl"].value_counts()
-    return [(st, f"{t[0]}: {skipped[t]} of {per_impl[t[0]]} case"
-                 f"{'s' if per_impl[t[0]] != 1 else ''}: {t[1]}") if st == "skipped" else (st, t)
-            for st, t in out]
+            skipped[(r["impl"], g["error"])] = g
+            out.append(g)
+            g["case_id"] = None
+    return out
+
+
+def not_ok_lines(df: pd.DataFrame) -> list[tuple[str, str]]:
+    """(status, text) per not_ok_groups entry: `sdpa_flash: 8 of 8 cases: needs a CUDA ...`."""
+    return [(g["status"], f"{g['case_id']}: {g['error']}" if g["case_id"] else
+             f"{g['impl']}: {g['count']} of {g['total']} case{'s' if g['total'] != 1 else ''}: "
+             f"{g['error']}") for g in not_ok_groups(df)]
 
 
 # -- hot source lines (ncu SourceCounters) -------------------------------------------------------
