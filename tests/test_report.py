@@ -115,8 +115,10 @@ def test_against_embeds_the_comparison(tmp_path):
             "registers 48 -> 40") in md
     assert "18 pairs: 6 faster" in md
     assert "<details><summary>all 18 pairs</summary>" in md
+    assert md.index("## Compared with base") < md.index("## Headline")  # the top slot
     html = rep.html({})
     assert "Compared with base" in html and "registers 48 -&gt; 40" in html
+    assert html.index("<h2>Compared with base") < html.index("<h2>Headline</h2>")
 
 
 def test_cli_writes_md_and_self_contained_html(tmp_path, monkeypatch, capsys):
