@@ -10,7 +10,7 @@ out=$1; exp=$2
 mkdir -p "$out"
 store="$out/store"
 run() {  # -> the new run's directory
-  python3 -m harness run "$exp" --out "$store" "$@" > "$out/last.log" 2>&1 || { cat "$out/last.log"; exit 1; }
+  python3 -m harness run "$exp" --store "$store" "$@" > "$out/last.log" 2>&1 || { cat "$out/last.log"; exit 1; }
   grep -o 'run stored at .*' "$out/last.log" | sed 's/run stored at //'
 }
 a=$(run --gpus 0); a2=$(run --gpus 0); b=$(run --gpus 1); s=$(run --gpus 0,1)

@@ -12,7 +12,7 @@ out=$1; limit=$2; exp=$3; shift 3
 name=${NAME:-$(basename "$exp" .yaml)}
 mkdir -p "$out"
 start=$(date +%s%N)
-timeout "$limit" python3 -m harness run "$exp" --out "$out/store" "$@" > "$out/$name.log" 2>&1
+timeout "$limit" python3 -m harness run "$exp" --store "$out/store" "$@" > "$out/$name.log" 2>&1
 rc=$?
 end=$(date +%s%N)
 ms=$(( (end - start) / 1000000 ))

@@ -24,6 +24,7 @@ import streamlit as st
 from harness import store
 from harness.analysis.summary import summary_frame
 from harness.profilers.metrics import short_kernel_name
+from harness.spec import DTYPE_SHORT
 from harness.errors import HarnessError
 from harness.values import finite as _num
 
@@ -275,7 +276,8 @@ def case_label(params: dict) -> str:
 def summary_table(df: pd.DataFrame, cpu: bool) -> pd.DataFrame:
     """The run's summary for people: one row per case, numbers rounded, empty columns dropped."""
     out = pd.DataFrame({
-        "impl": df.impl, "case": df.params.apply(case_label), "dtype": df.dtype,
+        "impl": df.impl, "case": df.params.apply(case_label),
+        "dtype": df.dtype.map(lambda d: DTYPE_SHORT.get(d, d)),
         "status": df.status, "correct": df.get("correct"),
         "median ms": df.get("median_ms"),
         "spread %": [(_num(h) - _num(lo)) / 2 / _num(m) * 100
@@ -454,9 +456,20 @@ def moved_metrics(metrics: pd.DataFrame, min_rel: float) -> pd.DataFrame:
     keep = rel.isna() | (rel >= min_rel)
     out = metrics[keep].assign(_r=rel[keep].fillna(math.inf))
     out = out.sort_values("_r", ascending=False).drop(columns="_r")
-    for c in ("base", "cand", "delta", "rel_delta"):  # mixed numbers and stall names
-        out[c] = out[c].map(lambda v: round(v, 4) if isinstance(v, float) else v).astype(str)
+    for c in ("base", "cand", "delta"):  # mixed numbers and stall names
+        out[c] = out[c].map(_metric_text)
+    out["rel_delta"] = pd.to_numeric(out.rel_delta, errors="coerce").map(
+        lambda v: "-" if pd.isna(v) else f"{v * 100:+.1f}%")
     return out
+
+
+def _metric_text(v) -> str:
+    """A moved metric's value as the terminal prints it: 4 significant digits, `-` if none."""
+    from dashboard.tables import MISSING, sig
+
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return MISSING
+    return sig(float(v), 4) if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
 
 
 # -- source lines (ncu SourceCounters) -------------------------------------------------------------
@@ -514,17 +527,22 @@ def source_listing(lines: pd.DataFrame, case_id: str, kernel: str, file: str,
 
 
 def heat_style(listing: pd.DataFrame, scale: float | None = None):
-    """The listing with each sampled row's background as hot as its share (max = full)."""
-    top = scale or (listing["share %"].max() if listing["share %"].notna().any() else 0) or 1.0
+    """The listing with each sampled row's background as hot as its share (max = full); share
+    and samples as text, blank on lines without samples (Streamlit would print "None")."""
+    share = pd.to_numeric(listing["share %"], errors="coerce")
+    top = scale or (share.max() if share.notna().any() else 0) or 1.0
+    shown = listing.assign(
+        **{"share %": share.map(lambda v: "" if pd.isna(v) else f"{v:.1f}"),
+           "samples": listing["samples"].map(lambda v: "" if pd.isna(v) else f"{v:.0f}")})
 
     def row_style(row):
-        s = row["share %"]
-        if s is None or pd.isna(s) or s <= 0:
+        s = share.loc[row.name]
+        if pd.isna(s) or s <= 0:
             return [""] * len(row)
         return [f"background-color: rgba(230, 80, 0, {0.08 + 0.72 * min(1.0, s / top):.2f})"] \
             * len(row)
 
-    return listing.style.apply(row_style, axis=1).format({"share %": "{:.1f}"}, na_rep="")
+    return shown.style.apply(row_style, axis=1)
 
 
 def hot_lines_table(lines: pd.DataFrame, case_id: str, kernel: str, n: int = 10) -> pd.DataFrame:

@@ -18,12 +18,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.store_option import add_store_argument
 
 HELP = "measure the GPU's ceilings (copy GB/s, matmul and FMA TFLOP/s) for the roofline"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", default="runs", help="store root where the result is cached")
+    add_store_argument(p, out_alias=True,
+                       help="store root where the result is cached (default: runs/)")
 
 
 def _fma_kernel():
@@ -124,7 +126,7 @@ def calibrate(root: str | Path, console) -> dict:
 
 
 def main(a, console) -> int:
-    calibrate(a.out, console)
+    calibrate(a.store, console)
     return 0
 
 

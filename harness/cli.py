@@ -10,8 +10,7 @@ from pathlib import Path
 from rich.console import Console
 
 from harness.errors import HarnessError
-
-DEFAULT_ROOT = "runs"
+from harness.store_option import add_store_argument
 
 
 def _add_run(sub):
@@ -21,7 +20,7 @@ def _add_run(sub):
                    help="use the experiment's smoke: overrides (automatic without a GPU)")
     p.add_argument("--cases", default=None, help="comma-separated globs over case ids")
     p.add_argument("--resume", metavar="RUN", default=None, help="finish an interrupted run")
-    p.add_argument("--out", default=DEFAULT_ROOT, help="store root (default: runs/)")
+    add_store_argument(p, out_alias=True)
     p.add_argument("--device", choices=("cuda", "cpu"), default=None,
                    help="force a device (default: cuda when a GPU is present)")
     p.add_argument("--gpus", default=None, metavar="all|N|0,2",
@@ -48,10 +47,10 @@ def _cmd_run(a, console: Console) -> int:
                            "or --resume RUN")
     try:
         if a.resume:
-            run_dir = runner.resume(a.resume, out_root=a.out, console=console, gpus=a.gpus,
+            run_dir = runner.resume(a.resume, out_root=a.store, console=console, gpus=a.gpus,
                                     ray=a.ray)
         else:
-            run_dir = runner.start(a.experiment, out_root=a.out, smoke=a.smoke,
+            run_dir = runner.start(a.experiment, out_root=a.store, smoke=a.smoke,
                                    cases_filter=a.cases, device=a.device, console=console,
                                    argv=sys.argv[1:], gpus=a.gpus, ray=a.ray)
     except Interrupted as exc:
@@ -95,13 +94,40 @@ def _cmd_list(a, console: Console) -> int:
             except HarnessError as exc:
                 t.add_row(str(path), "[red]invalid[/]", "", "", str(exc), "")
         console.print(t)
+    _list_runs(a.store, console)
     return 0
+
+
+LIST_RUNS = 15  # the newest runs `list` shows
+
+
+def _list_runs(root: str, console: Console) -> None:
+    """The newest runs of the store: the ids that show/compare/report take."""
+    from rich.table import Table
+
+    from harness import store
+
+    runs = store.list_runs(root)
+    if not runs:
+        return
+    t = Table(title=f"runs in {root}/ (newest {min(LIST_RUNS, len(runs))} of {len(runs)})",
+              header_style="bold")
+    for c in ("run id", "experiment", "device", "status", "created (UTC)"):
+        t.add_column(c)
+    for r in reversed(runs[-LIST_RUNS:]):
+        if r.get("error"):
+            t.add_row(r["run_id"], "[red]unreadable[/]", "", "", "")
+            continue
+        t.add_row(r["run_id"], r.get("experiment") or "-",
+                  r.get("gpu") or ("CPU" if r.get("device") == "cpu" else "-"),
+                  r.get("status") or "-", (r.get("created") or "")[:19].replace("T", " "))
+    console.print(t)
 
 
 def _cmd_show(a, console: Console) -> int:
     from harness import show, store
 
-    run_dir = store.resolve_run(a.run, a.out)
+    run_dir = store.resolve_run(a.run, a.store)
     if a.format == "json":
         print(json.dumps(show.to_json(run_dir), indent=2, default=str))
     else:
@@ -113,12 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="harness", description=__doc__)
     sub = ap.add_subparsers(dest="verb", required=True)
     _add_run(sub)
-    p = sub.add_parser("list", help="registered ops/implementations and experiment files")
+    p = sub.add_parser("list", help="registered ops/implementations, experiment files and the "
+                                    "newest runs of the store")
     p.add_argument("--experiments", default="experiments")
+    add_store_argument(p)
     p = sub.add_parser("show", help="the summary of a stored run")
-    p.add_argument("run", help="run id (under --out) or run directory")
+    p.add_argument("run", help="run id (under --store) or run directory")
     p.add_argument("--format", choices=("table", "json"), default="table")
-    p.add_argument("--out", default=DEFAULT_ROOT)
+    add_store_argument(p, out_alias=True)
     sub.add_parser("worker", help="(internal) the process that runs cases on the device",
                    add_help=False)
     for verb, modname in VERB_MODULES.items():

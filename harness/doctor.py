@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness.store_option import add_store_argument
+
 HELP = "check the GPU, driver, Triton backend, ncu/nsys (and counter permission), nvtx"
 
 PROBE_CUDA = ("import torch, triton\n"
@@ -33,7 +35,7 @@ IMPORTER_LIB_FIX = ("nsys's QdstrmImporter cannot load its libraries: put libdw.
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", default="runs", help="store root to check (default: runs/)")
+    add_store_argument(p, out_alias=True, help="store root to check (default: runs/)")
     p.add_argument("--no-ncu-probe", action="store_true",
                    help="skip profiling a tiny kernel to test counter permission")
 
@@ -140,7 +142,7 @@ def _importer_check(nsys_exe: str) -> tuple[str, bool, str]:
 
 
 def main(a, console) -> int:
-    rows = checks(a.out, probe_ncu=not a.no_ncu_probe)
+    rows = checks(a.store, probe_ncu=not a.no_ncu_probe)
     mark = {True: "[green]ok[/]  ", False: "[red]FAIL[/]", None: "[dim]n/a[/] "}
     for name, ok, detail in rows:
         console.print(f"{mark[ok]} {name:<18} {detail}", soft_wrap=True)

@@ -21,6 +21,7 @@ import pandas as pd
 
 from harness import store
 from harness.errors import ImportFormatError
+from harness.store_option import add_store_argument
 
 HELP = ("import a .ncu-rep, an ncu CSV (raw, details or source page) or a folder of nsys "
         "stats CSVs")
@@ -28,7 +29,7 @@ HELP = ("import a .ncu-rep, an ncu CSV (raw, details or source page) or a folder
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", help="file or folder to import")
-    p.add_argument("--out", default="runs", help="store root (default: runs/)")
+    add_store_argument(p, out_alias=True)
     p.add_argument("--name", default=None, help="experiment name for the new run")
 
 
@@ -168,7 +169,7 @@ def _case_row(df: pd.DataFrame, case_id: str) -> dict:
 def main(a, console) -> int:
     from harness import show
 
-    run_dir = import_path(a.path, a.out, a.name, argv=["import", a.path])
+    run_dir = import_path(a.path, a.store, a.name, argv=["import", a.path])
     show.render(run_dir, console)
     console.print(f"imported into [bold]{run_dir}[/]")
     return 0

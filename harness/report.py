@@ -18,6 +18,7 @@ from pathlib import Path
 
 from harness import store
 from harness.errors import HarnessError
+from harness.store_option import add_store_argument
 
 HELP = "render a run as Markdown (PR comment) and self-contained HTML with charts (+ PNGs)"
 TEMPLATES = Path(__file__).parent / "templates"
@@ -35,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="embed a comparison with this base run (run id or directory)")
     p.add_argument("--format", choices=("md", "html", "both"), default="both")
     p.add_argument("--out", default=None, help="output directory (default: reports/<run_id>/)")
-    p.add_argument("--store", default="runs", help="store root (default: runs/)")
+    add_store_argument(p)
     p.add_argument("--allow-incomparable", action="store_true",
                    help="with --against: compare even if GPU/driver/clock limits differ "
                         "(flagged in the report)")
@@ -111,14 +112,20 @@ class Report:
 
     # -- documents ------------------------------------------------------------------------------
     def markdown(self, *, charts: list[tuple[str, str]] | None = None, png_note: str | None = None,
-                 generated: str | None = None) -> str:
+                 generated: str | None = None, limit: int | None = None) -> str:
+        """The PR comment: at most `limit` characters (default report_budget.LIMIT), the least
+        important parts cut first and named at the end."""
         from harness.analysis import compare_cli
+
+        from harness import report_budget
 
         comparison = (compare_cli.to_markdown(self.comparison, heading="##")
                       if self.comparison is not None else None)
-        return _env().get_template("report.md.j2").render(
-            **self.ctx, comparison=comparison, charts=charts, png_note=png_note,
-            generated=generated or _now())
+        template = _env().get_template("report.md.j2")
+        ctx = {**self.ctx, "comparison": comparison, "charts": charts, "png_note": png_note,
+               "generated": generated or _now()}
+        return report_budget.fit(lambda c: template.render(**c), ctx,
+                                 report_budget.LIMIT if limit is None else limit)
 
     def html(self, figs: dict, *, generated: str | None = None) -> str:
         import plotly.io as pio

@@ -22,7 +22,9 @@ import pandas as pd
 from harness import store
 from harness.analysis.compare import compare_samples
 from harness.charts import OCCUPANCY_COLUMNS, occupancy_table, shape_label
-from harness.show import _primary, _v, config_cells, fmt_bytes, fmt_ms, spread_pct
+from harness.report_pivot import pivot, varying
+from harness.show import (_primary, _v, config_cells, constant_params, fmt_bytes, fmt_ms,
+                          not_ok_groups, spread_pct)
 from harness.values import finite as _n
 
 VERDICT_ROOF = re.compile(r"^(memory|compute)-bound at \d+% of the (?:DRAM|compute) roof")
@@ -36,8 +38,12 @@ def _flags(r: dict) -> list[str]:
     return json.loads(f) if isinstance(f, str) and f else []
 
 
-def _shape(params: dict) -> str:
-    return " ".join(f"{k}={_v(v)}" for k, v in params.items())
+def fixed_params(df: pd.DataFrame) -> dict:
+    """Parameters every case shares (said once above the tables, left out of their rows);
+    none when the run has a single shape (its rows would have no label left)."""
+    if df["params"].apply(lambda p: json.dumps(p, sort_keys=True)).nunique() < 2:
+        return {}
+    return constant_params(df)
 
 
 def table(columns: list[str], rows: list[list[str]], align: str | None = None) -> dict:
@@ -114,26 +120,30 @@ def headline(df: pd.DataFrame, baseline: str, cpu: bool) -> list[str]:
              f"{'s' if len(good) != 1 else ''} (correct cases only): {counts or 'no samples'}")
         if bad:
             s += f"; **{bad} of {len(g)} cases not ok** (excluded)"
-        ranked.append((bad == 0, geo, impl, s, good))
+        ranked.append((bad == 0, geo, impl, s, good, len(g)))
     ranked.sort(key=lambda t: (t[0], t[1]), reverse=True)
-    out = []
-    for i, (_, geo, impl, s, good) in enumerate(ranked):
-        out.append(f"{'Best candidate' if i == 0 else 'Also'} `{impl}`: {s}.")
-        if i == 0:
-            fast = good[good.speedup_mark == "faster"]
-            if len(fast):
-                r = fast.loc[fast.speedup_vs_baseline.idxmax()]
-                out.append(f"Largest win: {shape_label(r)}, {r.speedup_text}.")
-            roof = good["pct_of_roof"].map(_n) if "pct_of_roof" in good else None
-            if roof is not None and roof.notna().any():
-                r = good.loc[roof.astype(float).idxmax()]
-                out.append(f"Closest to its roof: {shape_label(r)} at {roof.max():.0f}% of the "
-                           f"{'DRAM' if r.get('bound') == 'memory' else 'compute'} roof "
-                           f"({r.get('bound')}-bound).")
-            slow = good[good.speedup_mark == "slower"]
-            if len(slow):
-                r = slow.loc[slow.speedup_vs_baseline.idxmin()]
-                out.append(f"Worst loss: {shape_label(r)}, {r.speedup_text}.")
+    out: list[str] = []
+    if ranked:
+        _, geo, impl, s, good, _n_cases = ranked[0]
+        out.append(f"Best candidate `{impl}`: {s}.")
+        fast = good[good.speedup_mark == "faster"]
+        if len(fast):
+            r = fast.loc[fast.speedup_vs_baseline.idxmax()]
+            out.append(f"Largest win: {shape_label(r)}, {r.speedup_text}.")
+        roof = good["pct_of_roof"].map(_n) if "pct_of_roof" in good else None
+        if roof is not None and roof.notna().any():
+            r = good.loc[roof.astype(float).idxmax()]
+            out.append(f"Closest to its roof: {shape_label(r)} at {roof.max():.0f}% of the "
+                       f"{'DRAM' if r.get('bound') == 'memory' else 'compute'} roof "
+                       f"({r.get('bound')}-bound).")
+        slow = good[good.speedup_mark == "slower"]
+        if len(slow):
+            r = slow.loc[slow.speedup_vs_baseline.idxmin()]
+            out.append(f"Worst loss: {shape_label(r)}, {r.speedup_text}.")
+    # the others: one short clause each, on one line
+    others = [_also(impl, geo, good, n) for _, geo, impl, _, good, n in ranked[1:]]
+    if others:
+        out.append(f"Also, geo-mean over `{baseline}`: " + "; ".join(others) + ".")
     out += lines
     nflags = sum(len(_flags(r)) for r in df.to_dict("records"))
     if nflags:
@@ -142,6 +152,30 @@ def headline(df: pd.DataFrame, baseline: str, cpu: bool) -> list[str]:
     if not (df[(df.role == "baseline")].status == "ok").any():
         out.insert(0, f"No speedups: the baseline `{baseline}` has no correct, timed case.")
     return out
+
+
+def _also(impl: str, geo: float, good: pd.DataFrame, n: int) -> str:
+    """`triton_flash` **9.60x** (faster on 40 of 40): a runner-up in one clause."""
+    marks = good["speedup_mark"].value_counts()
+    counts = ", ".join(f"{w} {int(marks[m])}" for m, w in (
+        ("faster", "faster on"), ("slower", "slower on"), ("same", "same on"),
+        ("ambiguous", "not significant on")) if marks.get(m, 0))
+    bad = n - len(good)
+    return (f"`{impl}` **{geo:.2f}x** ({counts or 'no samples'} of {len(good)}"
+            + (f"; **{bad} not ok**, excluded" if bad else "") + ")")
+
+
+def verdicts(df: pd.DataFrame, fixed: dict) -> list[dict]:
+    """The verdicts of ncu-profiled cases, grouped by shape: [{shape, lines: [`impl`: text]}].
+    (Every case's bound is in the per-case table; a profiled case's verdict says why.)"""
+    prof = df[df["ncu_duration_us"].notna()] if "ncu_duration_us" in df else df.iloc[0:0]
+    groups: dict[str, list[str]] = {}
+    for r in prof.to_dict("records"):
+        v = r.get("verdict")
+        if r["status"] == "ok" and isinstance(v, str) and v:
+            shape = (varying(r["params"], fixed) + f" {_dt(r['dtype'])}").strip()
+            groups.setdefault(shape, []).append(f"`{r['impl']}`: {v}")
+    return [{"shape": k, "lines": v} for k, v in groups.items()]
 
 
 def correctness_table(df: pd.DataFrame) -> dict:
@@ -159,11 +193,14 @@ def correctness_table(df: pd.DataFrame) -> dict:
 
 
 def failures(df: pd.DataFrame) -> list[str]:
-    return [f"`{r['case_id']}` ({r['status']}): {r['error']}" for r in df.to_dict("records")
-            if r["status"] in ("failed", "error", "timeout", "skipped") and r.get("error")]
+    """One line per case that did not pass; skipped cases one per (impl, reason) with a count."""
+    return [f"`{g['case_id']}` ({g['status']}): {g['error']}" if g["case_id"] else
+            f"`{g['impl']}` (skipped, {g['count']} of {g['total']} cases): {g['error']}"
+            for g in not_ok_groups(df)]
 
 
-def cases_table(df: pd.DataFrame, cpu: bool, primary: str, baseline: str) -> dict:
+def cases_table(df: pd.DataFrame, cpu: bool, primary: str, baseline: str,
+                fixed: dict | None = None) -> dict:
     has_ncu = "achieved_occupancy_pct" in df and df["achieved_occupancy_pct"].notna().any()
     has_roof = "pct_of_roof" in df and df["pct_of_roof"].notna().any()
     cols, align = ["case", "impl", "ok", "median ms", "spread", "n"], "lllrrr"
@@ -183,7 +220,8 @@ def cases_table(df: pd.DataFrame, cpu: bool, primary: str, baseline: str) -> dic
         cols, align = cols + [configs[0]], align + "l"
     rows = []
     for i, r in enumerate(records):
-        cells = [_shape(r["params"]) + f" {_dt(r['dtype'])}", f"`{r['impl']}`",
+        cells = [(varying(r["params"], fixed or {}) + f" {_dt(r['dtype'])}").strip(),
+                 f"`{r['impl']}`",
                  OK_MARK.get(r["status"], r["status"]), fmt_ms(r.get("median_ms")),
                  spread_pct(r), "-" if _n(r.get("n_samples")) is None
                  else f"{_n(r['n_samples']):.0f}"]
@@ -203,6 +241,7 @@ def cases_table(df: pd.DataFrame, cpu: bool, primary: str, baseline: str) -> dic
                           "-" if regs is None else f"{regs:.0f}",
                           r["top_stall"] if isinstance(r.get("top_stall"), str) else "-"]
             v = r["verdict"] if isinstance(r.get("verdict"), str) and ok else "-"
+            v = v.split(";")[0]  # the bound; a profiled case's whole verdict is under Verdicts
             if has_roof:  # the % is in its own column: "memory-bound at 92% of the DRAM roof"
                 v = VERDICT_ROOF.sub(r"\1-bound", v)
             cells.append(v)
@@ -367,7 +406,11 @@ def build(run_dir: Path, df: pd.DataFrame, store_arg: str, calibration: dict | N
     if not cpu and calibration is None:
         notes.append(f"no calibration for {env.get('gpu_name')}: no % of roof and no roofs in "
                      f"the roofline (run `python -m harness calibrate` on that GPU)")
+    fixed = fixed_params(df)
     return {
+        # The since-last-run / --against block, rendered first when not empty: Markdown for
+        # report.md and markup for report.html (harness.analysis.since fills them).
+        "since": "", "since_html": "",
         "title": f"{exp['name']} on {where}",
         "run_id": m["run_id"], "op": exp["op"], "baseline": exp.get("baseline"),
         "candidates": candidate_labels(exp), "n_cases": len(df),
@@ -376,8 +419,13 @@ def build(run_dir: Path, df: pd.DataFrame, store_arg: str, calibration: dict | N
         "headline": headline(df, exp.get("baseline"), cpu),
         "correctness": correctness_table(df), "failures": failures(df),
         "tol_factor": (exp.get("correctness") or {}).get("tol_factor"),
-        "cases": cases_table(df, cpu, primary, exp.get("baseline")),
-        "occupancy": occupancy_rows(df), "flags": flag_lines(df), "passes": pass_lines(m),
+        "fixed": " ".join(f"{k}={_v(v)}" for k, v in fixed.items()),
+        "pivot": pivot(df, cpu=cpu, primary=primary, fixed=fixed),
+        "verdicts": verdicts(df, fixed),
+        "cases": cases_table(df, cpu, primary, exp.get("baseline"), fixed),
+        "cut": [],  # what report_budget left out of the Markdown to fit a PR comment
+        "occupancy": occupancy_rows(df), "flags": flag_lines(df),
+        "n_flags": len(flag_lines(df)), "passes": pass_lines(m),
         "hot_lines": hot_lines(run_dir),
         "notes": notes, "env": env_table(m), "reproduce": reproduce(m, store_arg),
         "timing_clock": ", ".join(str(c) for c in df["clock"].dropna().unique())

@@ -224,10 +224,9 @@ def render(run_dir: str | Path, console: Console) -> None:
         if not cpu:
             legend += "; speedup = baseline median / median (correct cases only)"
         console.print(f"[dim]{legend}[/]")
-    for r in df.to_dict("records"):
-        if r["status"] in ("failed", "error", "timeout", "skipped") and r.get("error"):
-            console.print(f"[red]{r['status']}[/] {escape(r['case_id'])}: "
-                          f"{escape(str(r['error']))}")
+    for status, text in not_ok_lines(df):
+        console.print(f"[{'dim' if status == 'skipped' else 'red'}]{status}[/] {escape(text)}",
+                      highlight=False)
     for r in df.to_dict("records"):
         for fl in json.loads(r.get("flags") or "[]") if isinstance(r.get("flags"), str) else []:
             console.print(f"[yellow]flag[/] {r['case_id']}: {fl}")
@@ -245,6 +244,37 @@ def render(run_dir: str | Path, console: Console) -> None:
         from harness.runner import wall_line
 
         console.print(wall_line(m["pass_wall_s"]))
+
+
+def not_ok_groups(df: pd.DataFrame) -> list[dict]:
+    """The cases that did not pass, as {status, impl, case_id, count, total, error}: one per
+    failed/errored/timed-out case; skipped cases, which share their reason (a CPU run's
+    CUDA-only impls), one per (impl, reason) with case_id None and the count of that impl's
+    cases. Each case keeps its own reason in the store."""
+    out: list[dict] = []
+    skipped: dict[tuple[str, str], dict] = {}
+    total = df["impl"].value_counts() if len(df) else {}
+    for r in df.to_dict("records"):
+        if r["status"] not in ("failed", "error", "timeout", "skipped") or not r.get("error"):
+            continue
+        g = {"status": r["status"], "impl": r["impl"], "case_id": r["case_id"], "count": 1,
+             "total": int(total[r["impl"]]), "error": str(r["error"])}
+        if r["status"] != "skipped":
+            out.append(g)
+        elif (r["impl"], g["error"]) in skipped:
+            skipped[(r["impl"], g["error"])]["count"] += 1
+        else:
+            skipped[(r["impl"], g["error"])] = g
+            out.append(g)
+            g["case_id"] = None
+    return out
+
+
+def not_ok_lines(df: pd.DataFrame) -> list[tuple[str, str]]:
+    """(status, text) per not_ok_groups entry: `sdpa_flash: 8 of 8 cases: needs a CUDA ...`."""
+    return [(g["status"], f"{g['case_id']}: {g['error']}" if g["case_id"] else
+             f"{g['impl']}: {g['count']} of {g['total']} case{'s' if g['total'] != 1 else ''}: "
+             f"{g['error']}") for g in not_ok_groups(df)]
 
 
 # -- hot source lines (ncu SourceCounters) -------------------------------------------------------

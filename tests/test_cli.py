@@ -33,7 +33,7 @@ def only_run(root: Path) -> Path:
 
 @pytest.mark.slow
 def test_softmax_smoke_run_on_cpu(tmp_path):
-    p = harness("run", "experiments/softmax.yaml", "--out", str(tmp_path), check=True)
+    p = harness("run", "experiments/softmax.yaml", "--store", str(tmp_path), check=True)
     run = only_run(tmp_path)
     assert p.stdout.strip().splitlines()[-1] == f"run stored at {run.relative_to(ROOT) if run.is_relative_to(ROOT) else run}"
     assert "No CUDA device" in p.stdout and "smoke sweep" in p.stdout
@@ -50,6 +50,7 @@ def test_softmax_smoke_run_on_cpu(tmp_path):
     js = json.loads(harness("show", str(run), "--format", "json", check=True).stdout)
     assert js["run_id"] == run.name and len(js["cases"]) == 6
     assert all(c["correct"] for c in js["cases"])
+    # show --out: the older spelling of --store, still accepted
     table = harness("show", run.name, "--out", str(tmp_path), check=True).stdout
     assert "triton" in table and "✓" in table
 
@@ -66,7 +67,7 @@ def _exp(tmp_path, impls, extra=""):
 def test_a_failing_or_crashing_kernel_fails_its_case_not_the_run(tmp_path):
     exp = _exp(tmp_path, "[segfault, raises, zeros, gpu_only, slow]")
     out = tmp_path / "runs"
-    p = harness("run", str(exp), "--out", str(out), check=True)
+    p = harness("run", str(exp), "--store", str(out), check=True)
     run = only_run(out)
     cases = store.load_cases(run).set_index("case_id")
     res = store.load_results(run).set_index("case_id")
@@ -90,7 +91,7 @@ def test_ctrl_c_leaves_a_readable_partial_run_and_resume_finishes_it(tmp_path):
     exp = _exp(tmp_path, "[slow]")
     out = tmp_path / "runs"
     env = {**ENV, "HARNESS_TEST_SLOW_S": "0.5"}
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", str(exp), "--out", str(out)],
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", str(exp), "--store", str(out)],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     deadline = time.time() + 120
@@ -108,7 +109,7 @@ def test_ctrl_c_leaves_a_readable_partial_run_and_resume_finishes_it(tmp_path):
     partial = store.load_cases(run)
     assert (partial.status == "pending").any()
     assert harness("show", str(run)).returncode == 0  # readable as it is
-    p = harness("run", "--resume", run.name, "--out", str(out), check=True)
+    p = harness("run", "--resume", run.name, "--store", str(out), check=True)
     assert "resuming run" in p.stdout
     assert store.load_manifest(run)["status"] == "complete"
     assert set(store.load_cases(run).status) == {"ok"}
@@ -124,7 +125,7 @@ def test_user_errors_are_one_line_exit_2_and_write_nothing(tmp_path, args, expec
     exp = _exp(tmp_path, "[zeros]")
     args = [str(exp) if a == "EXP" else a for a in args]
     out = tmp_path / "runs"
-    p = harness(*args, "--out", str(out))
+    p = harness(*args, "--store", str(out))
     assert p.returncode == 2, p.stdout + p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], p.stderr
@@ -134,10 +135,62 @@ def test_user_errors_are_one_line_exit_2_and_write_nothing(tmp_path, args, expec
 def test_bad_yaml_via_cli(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nop: softmax\nbaseline: torch\nsweep: {M: [1], N: [\"big\"]}\n")
-    p = harness("run", str(bad), "--out", str(tmp_path / "runs"))
+    p = harness("run", str(bad), "--store", str(tmp_path / "runs"))
     assert p.returncode == 2
     assert p.stderr.strip() == f"error: {bad}: sweep.N[0]: expected integer, got 'big'"
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("verb", [["run", "e.yaml"], ["show", "R"], ["list"], ["compare", "A", "B"],
+                                  ["report", "R"], ["import", "x.csv"], ["calibrate"],
+                                  ["doctor"], ["dashboard"]])
+def test_every_verb_takes_the_store_as_store(verb):
+    from harness.cli import build_parser
+
+    a = build_parser().parse_args([*verb, "--store", "/s"])
+    assert a.store in ("/s", ["/s"])  # dashboard: --store is repeatable
+    assert build_parser().parse_args(verb).store in ("runs", None)  # dashboard: None = runs/
+
+
+@pytest.mark.parametrize("verb", [["run", "e.yaml"], ["show", "R"], ["import", "x.csv"],
+                                  ["calibrate"], ["doctor"]])
+def test_out_still_names_the_store_where_it_did(verb):
+    from harness.cli import build_parser
+
+    assert build_parser().parse_args([*verb, "--out", "/old"]).store == "/old"
+
+
+def test_report_out_is_the_report_folder_and_store_the_store():
+    from harness.cli import build_parser
+
+    a = build_parser().parse_args(["report", "R", "--out", "/reports/x", "--store", "/s"])
+    assert (a.out, a.store) == ("/reports/x", "/s")
+    with pytest.raises(SystemExit):  # compare never had --out: no alias there
+        build_parser().parse_args(["compare", "A", "B", "--out", "/s"])
+
+
+def test_list_shows_the_newest_runs_of_the_store(tmp_path):
+    p = harness("run", "experiments/softmax.yaml", "--store", str(tmp_path / "s"), "--cases",
+                "torch.*N=100*", check=True)
+    run = only_run(tmp_path / "s")
+    listed = harness("list", "--store", str(tmp_path / "s"), check=True).stdout
+    assert run.name in listed and "newest 1 of 1" in listed and "softmax" in listed
+    assert "run stored at" in p.stdout
+    assert "runs in" not in harness("list", "--store", str(tmp_path / "none"), check=True).stdout
+
+
+@pytest.mark.slow
+def test_skipped_cases_are_one_line_per_implementation(cpu_flash_run):
+    """flash.yaml on a CPU: the 3 SDPA peers skip all 8 smoke cases each -> 3 lines, not 24;
+    each case keeps its own reason in the store."""
+    run, stdout = cpu_flash_run
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("skipped ")]
+    assert [ln.split(":")[0] for ln in lines] == ["skipped sdpa_flash", "skipped sdpa_efficient",
+                                                 "skipped sdpa_cudnn"], lines
+    assert all(": 8 of 8 cases: needs a CUDA device" in ln for ln in lines), lines
+    cases = store.load_cases(run)
+    skipped = cases[cases.status == "skipped"]
+    assert len(skipped) == 24 and skipped.error.str.startswith("needs a CUDA device").all()
 
 
 def test_list_shows_ops_and_experiments():

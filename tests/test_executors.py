@@ -194,7 +194,7 @@ def _exp(tmp_path, impls, extra=""):
 @pytest.mark.slow
 def test_a_hanging_implementation_times_out_as_its_own_case(tmp_path):
     out = tmp_path / "runs"
-    p = harness("run", str(_exp(tmp_path, "[hang]", ", case_timeout_s: 2")), "--out", str(out))
+    p = harness("run", str(_exp(tmp_path, "[hang]", ", case_timeout_s: 2")), "--store", str(out))
     assert p.returncode == 0, p.stdout + p.stderr
     run = next(out.iterdir())
     cases = store.load_cases(run).set_index("case_id")
@@ -214,7 +214,7 @@ def test_a_sigkilled_run_shows_as_interrupted_and_resumes(tmp_path):
     out = tmp_path / "runs"
     env = {**ENV, "HARNESS_TEST_SLOW_S": "1.0"}
     proc = subprocess.Popen([sys.executable, "-m", "harness", "run",
-                             str(_exp(tmp_path, "[slow]")), "--out", str(out)], cwd=ROOT,
+                             str(_exp(tmp_path, "[slow]")), "--store", str(out)], cwd=ROOT,
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.time() + 120
@@ -232,7 +232,7 @@ def test_a_sigkilled_run_shows_as_interrupted_and_resumes(tmp_path):
     assert [r["status"] for r in store.list_runs(out)] == ["interrupted"]
     js = json.loads(harness("show", str(run), "--format", "json").stdout)
     assert js["status"] == "interrupted"
-    p = subprocess.run([sys.executable, "-m", "harness", "run", "--resume", str(run), "--out",
+    p = subprocess.run([sys.executable, "-m", "harness", "run", "--resume", str(run), "--store",
                         str(out)], cwd=ROOT, env={**ENV, "HARNESS_TEST_SLOW_S": "0.01"},
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -256,7 +256,7 @@ def test_a_live_run_is_running_and_other_hosts_are_trusted():
 def test_a_binary_or_non_utf8_experiment_is_one_line_exit_2(tmp_path, content):
     path = tmp_path / "bad.yaml"
     path.write_bytes(content)
-    p = harness("run", str(path), "--out", str(tmp_path / "runs"))
+    p = harness("run", str(path), "--store", str(tmp_path / "runs"))
     assert p.returncode == 2, p.stderr
     assert p.stderr.count("\n") == 1 and str(path) in p.stderr and "Traceback" not in p.stderr
     assert not (tmp_path / "runs").exists()
@@ -265,7 +265,7 @@ def test_a_binary_or_non_utf8_experiment_is_one_line_exit_2(tmp_path, content):
 def test_gpus_on_a_gpu_less_machine_is_a_clean_exit_2(tmp_path):
     if subprocess.run(["sh", "-c", "command -v nvidia-smi"], capture_output=True).returncode == 0:
         pytest.skip("this machine has nvidia-smi")
-    p = harness("run", "experiments/softmax.yaml", "--gpus", "2", "--out", str(tmp_path))
+    p = harness("run", "experiments/softmax.yaml", "--gpus", "2", "--store", str(tmp_path))
     assert p.returncode == 2
     assert p.stderr.strip() == ("error: --gpus 2: no NVIDIA GPU on this host (nvidia-smi lists "
                                 "none); drop --gpus to run on the CPU")
@@ -289,7 +289,7 @@ def test_ray_missing_is_one_line_naming_the_install(monkeypatch):
 @pytest.mark.slow
 def test_ray_local_smoke_sweep_of_softmax_lands_a_normal_run(tmp_path):
     pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]')")
-    p = harness("run", "experiments/softmax.yaml", "--ray", "local", "--out", str(tmp_path))
+    p = harness("run", "experiments/softmax.yaml", "--ray", "local", "--store", str(tmp_path))
     assert p.returncode == 0, p.stdout + p.stderr
     run = next(d for d in tmp_path.iterdir() if (d / "manifest.json").exists())
     m = store.load_manifest(run)

@@ -115,8 +115,10 @@ def test_against_embeds_the_comparison(tmp_path):
             "registers 48 -> 40") in md
     assert "18 pairs: 6 faster" in md
     assert "<details><summary>all 18 pairs</summary>" in md
+    assert md.index("## Compared with base") < md.index("## Headline")  # the top slot
     html = rep.html({})
     assert "Compared with base" in html and "registers 48 -&gt; 40" in html
+    assert html.index("<h2>Compared with base") < html.index("<h2>Headline</h2>")
 
 
 def test_cli_writes_md_and_self_contained_html(tmp_path, monkeypatch, capsys):
@@ -191,7 +193,73 @@ def test_failed_case_gets_no_credit(tmp_path):
     assert row.split(" | ")[2:9] == ["✗ failed", "0.0691", "±1.3%", "100", "-", "-", "-"]
     assert "- `triton.M=8192.N=8192.float16` (failed): max abs err 0.5 > tol 0.001" in md
     assert "Best candidate `torch_compile`" in md  # a candidate failing a case is not best
-    assert "**1 of 6 cases not ok** (excluded)" in md
+    assert "`triton` **1.47x** (faster on 3, slower on 2 of 5; **1 not ok**, excluded)" in md
+    assert "| M=8192 N=8192 | fp16 | 1,034 | **1,756 · 1.70x** | ✗ failed |" in md  # pivot
+
+
+# -- layout: the since slot, the pivot, the folded per-case table, the size budget ------------
+
+def test_pivot_is_impl_by_shape_with_the_best_of_each_row_in_bold():
+    md = Report(FIXTURES / H200, store_arg=STORE_ARG).markdown()
+    assert "| shape | dtype | `torch` | `torch_compile` | `triton` |" in md
+    assert "| M=8192 N=8192 | fp16 | 1,034 | 1,756 · 1.70x | **3,886 · 3.76x** |" in md
+    assert "| M=4096 N=32768 | fp16 | **2,291** | 2,002 · 0.87x | 2,007 · 0.88x |" in md
+    pivot = md[md.index("## Implementation × shape"):md.index("Cell: GB/s")]
+    assert pivot.count("\n| M=") == 6 and pivot.count("**") == 12  # one best per row
+    # the whole verdict of a profiled case is under Verdicts; its table row keeps the bound
+    assert ("- `triton`: memory-bound at 92% of the DRAM roof; top stall long_scoreboard "
+            "(7.6 cyc/inst)") in md
+    assert "| long_scoreboard | memory-bound |" in md
+
+
+def test_since_slot_is_rendered_first_and_only_when_filled():
+    rep = Report(FIXTURES / H200, store_arg=STORE_ARG)
+    assert rep.ctx["since"] == "" and rep.ctx["since_html"] == ""
+    plain = rep.markdown()
+    rep.ctx["since"] = "## Since `20261121T000000Z-softmax-aaaa` (auto)\n\n- triton: 1.20x faster"
+    rep.ctx["since_html"] = "<h2>Since <code>20261121T000000Z-softmax-aaaa</code></h2>"
+    md = rep.markdown()
+    assert md.index("## Since `20261121T000000Z") < md.index("## Headline")
+    assert md.index("> Row softmax") < md.index("## Since")  # after the title block
+    assert len(md) - len(plain) == len(rep.ctx["since"]) + 2  # and a blank line
+    html = rep.html({})
+    assert html.index("<h2>Since <code>") < html.index("<h2>Headline</h2>")
+    assert 'class="since"' not in Report(FIXTURES / H200).html({})
+
+
+def test_per_case_table_is_folded_in_both_documents():
+    rep = Report(FIXTURES / H200, store_arg=STORE_ARG)
+    md, html = rep.markdown(), rep.html({})
+    head, table = md.split("<details><summary>All 18 cases: median, spread, speedup, GB/s, "
+                           "% of roof, occupancy, bound</summary>\n\n")
+    assert "</details>" in table and table.index("| case | impl |") == 0
+    assert table.split("</details>")[0].count("\n| M=") == 18
+    assert "<details><summary>All 18 cases" in html and "</table>\n<p class=\"legend\">" in html
+
+
+def test_budget_cuts_case_rows_first_then_per_kernel_detail():
+    rep = Report(FIXTURES / H200, store_arg=STORE_ARG)
+    full = rep.markdown()
+    md = rep.markdown(limit=len(full) - 1500)
+    assert len(md) <= len(full) - 1500
+    kept = md.split("</summary>")[1].split("</details>")[0].count("\n| M=")
+    assert 0 < kept < 18
+    assert f"<details><summary>The first {kept} of 18 cases (all in report.html)" in md
+    assert (f"**Shortened to fit a GitHub comment** ({len(full) - 1500:,} characters): left out "
+            f"per-case table: rows {kept + 1}-18 of 18. `report.html` keeps everything.") in md
+    assert "## Occupancy" in md and "## Implementation × shape" in md
+    small = rep.markdown(limit=5000)
+    assert len(small) <= 5000
+    assert ("left out per-case table: all 18 rows; occupancy and registers (per kernel). "
+            "`report.html` keeps everything.") in small  # (this run has no hot source lines)
+    assert "## Occupancy" not in small and "<details>" not in small
+    assert "## Verdicts" in small and small.count("\n| M=") == 6  # the pivot is whole
+    assert "| M=8192 N=8192 | fp16 | 1,034 | 1,756 · 1.70x | **3,886 · 3.76x** |" in small
+    tiny = rep.markdown(limit=3000)
+    assert len(tiny) <= 3000
+    assert re.search(r"verdicts: all 2 shapes; implementation × shape: rows [2-6]-6 of 6\. ", tiny)
+    html = rep.html({})  # the HTML keeps everything: cases, pivot and occupancy rows
+    assert html.count("<tr><td class=\"l\">M=") == 18 + 6 + 6 and "Occupancy and registers" in html
 
 
 # -- harness.charts: the API the dashboard codes against --------------------------------------

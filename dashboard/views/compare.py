@@ -1,7 +1,7 @@
 """Compare: the baseline run vs the run, as `harness compare` judges them."""
 import streamlit as st
 
-from dashboard import data, figures
+from dashboard import data, figures, tables
 
 st.title("Compare")
 roots = st.session_state["roots"]
@@ -44,7 +44,7 @@ for col, mark in zip(st.columns(len(data.MARKS)), data.MARKS):
     col.metric(data.MARKS[mark], int(counts.get(mark, 0)))
 if time["ratio"].notna().any():
     st.plotly_chart(figures.ratio_chart(time), key="ratios")
-st.dataframe(data.time_table(time), hide_index=True, width="stretch")
+tables.show(data.time_table(time), hide_index=True, width="stretch")
 
 st.subheader("Profiler metrics that moved")
 st.caption("Metrics of the dominant kernel that moved beyond `harness compare`'s thresholds; "
@@ -52,6 +52,6 @@ st.caption("Metrics of the dominant kernel that moved beyond `harness compare`'s
 min_rel = st.slider("minimum relative change (%)", 0, 100, 0, step=1, key="min_rel") / 100
 moved = data.moved_metrics(res["metrics"], min_rel)
 if len(moved):
-    st.dataframe(moved, hide_index=True, width="stretch")
+    tables.show(moved, hide_index=True, width="stretch")
 else:
     st.info("No profiler metric moved that much (or the runs share no profiled cases).")

@@ -1,7 +1,7 @@
 """History: one case across runs (git sha and date on the x-axis): the loop over time."""
 import streamlit as st
 
-from dashboard import data, figures
+from dashboard import data, figures, tables
 
 st.title("History")
 runs, roots = st.session_state["runs"], st.session_state["roots"]
@@ -30,5 +30,5 @@ if n_runs < 2:
     st.info(f"{n_runs} run of {op} on {gpu} so far: each new run adds a point to every line.")
 st.plotly_chart(figures.history_chart(hist, shape, impls, metric), key="history")
 sel = hist[(hist["shape"] == shape) & hist.impl.isin(impls)]
-st.dataframe(sel[[c for c in ["x", "impl", "source", "gpu", "status", "correct", metric]
-                  if c in sel]].round(4), hide_index=True, width="stretch")
+tables.show(sel[[c for c in ["x", "impl", "source", "gpu", "status", "correct", metric]
+                 if c in sel]].round(4), hide_index=True, width="stretch")

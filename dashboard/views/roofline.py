@@ -1,7 +1,7 @@
 """Roofline: every impl x case against the GPU's calibrated ceilings."""
 import streamlit as st
 
-from dashboard import data
+from dashboard import data, tables
 from harness import charts
 
 st.title("Roofline")
@@ -20,4 +20,4 @@ st.plotly_chart(charts.roofline(rd.summary, rd.calibration, intensity=intensity)
                 key="roofline")
 points = data.roofline_points(rd.summary, intensity)
 if len(points):
-    st.dataframe(points, hide_index=True, width="stretch")
+    tables.show(points, hide_index=True, width="stretch")

@@ -1,7 +1,7 @@
 """Run: the summary table, speedup vs shape, correctness and validity flags."""
 import streamlit as st
 
-from dashboard import data
+from dashboard import data, tables
 from harness import charts
 
 st.title("Run")
@@ -13,7 +13,7 @@ if rd.is_cpu:
                "for checking correctness, not for performance.")
 
 st.subheader("Summary")
-st.dataframe(data.summary_table(rd.summary, rd.is_cpu), hide_index=True, width="stretch")
+tables.show(data.summary_table(rd.summary, rd.is_cpu), hide_index=True, width="stretch")
 
 st.subheader("Speedup vs shape")
 if rd.is_cpu:
@@ -26,6 +26,6 @@ problems = data.problems_table(rd.summary)
 if len(problems):
     st.warning(f"{len(problems)} of {len(rd.summary)} cases failed, are incorrect or carry "
                "validity flags.")
-    st.dataframe(problems, hide_index=True, width="stretch")
+    tables.show(problems, hide_index=True, width="stretch")
 else:
     st.success(f"All {len(rd.summary)} cases ran, are correct and carry no validity flags.")

@@ -1,7 +1,7 @@
 """Runs: every run in the stores; filter, then pick one or two (the sidebar follows)."""
 import streamlit as st
 
-from dashboard import data
+from dashboard import data, tables
 
 st.title("Runs")
 runs = st.session_state["runs"]
@@ -25,8 +25,8 @@ def _pick():
 st.caption("Select one or two rows: the newer becomes the **Run** of the other pages, the older "
            "the **baseline** of Compare. `example` runs are real GPU runs committed with the "
            "repository; `user` runs are yours.")
-st.dataframe(table.drop(columns="path"), key="runs_table", on_select=_pick,
-             selection_mode="multi-row", hide_index=True, width="stretch",
-             column_config={"problem": st.column_config.TextColumn("problem", width="medium")})
+tables.show(table.drop(columns="path"), key="runs_table", on_select=_pick,
+            selection_mode="multi-row", hide_index=True, width="stretch",
+            column_config={"problem": st.column_config.TextColumn("problem", width="medium")})
 for r in table[table.problem != ""].itertuples():
     data.error_card(r.run_id, r.problem)

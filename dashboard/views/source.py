@@ -1,7 +1,7 @@
 """Source lines: where in the Triton kernel's Python source the warps stalled (ncu PC samples)."""
 import streamlit as st
 
-from dashboard import data
+from dashboard import data, tables
 
 st.title("Source lines")
 rd = data.selected_run()
@@ -20,7 +20,7 @@ st.caption("share = the line's part of the kernel's warp PC samples (`selected` 
            "top stalls = the line's largest warp states; `triton lib` = a line inside Triton's "
            "own library (e.g. `tl.max` lives in triton/language/standard.py).")
 st.subheader("Hottest lines")
-st.dataframe(data.hot_lines_table(lines, case_id, kernel), hide_index=True, width="stretch")
+tables.show(data.hot_lines_table(lines, case_id, kernel), hide_index=True, width="stretch")
 files = data.source_files(lines, case_id, kernel)
 file = st.selectbox("File", files, key="source_file")
 listing = data.source_listing(lines, case_id, kernel, file)

@@ -1,7 +1,7 @@
 """Stalls & occupancy: ncu's warp stall reasons and the occupancy of each profiled kernel."""
 import streamlit as st
 
-from dashboard import data
+from dashboard import data, tables
 from harness import charts
 
 st.title("Stalls & occupancy")
@@ -14,4 +14,4 @@ st.caption("Cycles per issued instruction a warp spent in each stall reason (dom
            "each profiled case); `selected` is issuing, not stalling.")
 st.plotly_chart(charts.stall_bars(rd.metrics, rd.summary), key="stalls")
 st.subheader("Occupancy")
-st.dataframe(charts.occupancy_table(rd.summary), hide_index=True, width="stretch")
+tables.show(charts.occupancy_table(rd.summary), hide_index=True, width="stretch")

@@ -1,7 +1,7 @@
 """Timeline: per case, the kernels nsys (or torch.profiler) saw in its NVTX range."""
 import streamlit as st
 
-from dashboard import data, figures
+from dashboard import data, figures, tables
 
 st.title("Timeline")
 rd = data.selected_run()
@@ -27,5 +27,5 @@ for col, (k, label) in zip(cols, [("kernel_count", "kernels"), ("gpu_time_us", "
     col.metric(label, "-" if v is None else f"{v:,.2f}".rstrip("0").rstrip("."))
 cols[4].metric("event median us", "-" if event_us is None else f"{event_us:,.2f}")
 st.plotly_chart(figures.case_kernels(kernels, case, event_us), key="case_kernels")
-st.dataframe(kernels[kernels.case_id == case].drop(columns="case_id"), hide_index=True,
-             width="stretch")
+tables.show(kernels[kernels.case_id == case].drop(columns="case_id"), hide_index=True,
+            width="stretch")

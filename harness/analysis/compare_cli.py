@@ -13,6 +13,7 @@ import json
 import math
 
 from harness.errors import HarnessError
+from harness.store_option import add_store_argument
 
 HELP = "compare two runs case by case (significance test on the raw samples, metric deltas)"
 
@@ -23,7 +24,7 @@ MARK_STYLE = {"faster": "green", "slower": "red", "same": "dim", "ambiguous": "y
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("base", help="base run: run id (under --store) or run directory")
     p.add_argument("cand", help="candidate run: run id (under --store) or run directory")
-    p.add_argument("--store", default="runs", help="store root (default: runs/)")
+    add_store_argument(p)
     p.add_argument("--fail-on-regression", metavar="PCT", default=None,
                    help="exit 1 when any pair is significantly slower by more than PCT "
                         "(e.g. 5%%)")

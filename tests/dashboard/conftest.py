@@ -45,7 +45,7 @@ def cpu_run(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("cpu_runs")
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run([sys.executable, "-m", "harness", "run", "experiments/softmax.yaml",
-                           "--out", str(root), "--device", "cpu",
+                           "--store", str(root), "--device", "cpu",
                            "--cases", "torch.*,triton.*.N=100.*"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

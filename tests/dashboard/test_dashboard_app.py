@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 from dash_helpers import APP, copy_run, make_corrupt_runs
 from streamlit.testing.v1 import AppTest
@@ -57,6 +58,45 @@ def _flagged(run) -> int:
     df = summary_frame(run)
     return int(sum(r["status"] != "ok" or r["correct"] is False or
                    json.loads(r["flags"] or "[]") != [] for r in df.to_dict("records")))
+
+
+def _readable(el) -> pd.DataFrame:
+    """Assert that a table reads like the terminal: no cell says None or nan, and every float
+    column is rounded and has a display format. Returns the shown frame."""
+    df, cfg = el.value, json.loads(el.proto.columns or "{}")
+    for col in df.columns:
+        s = df[col]
+        assert not s.isna().any(), f"{col}: missing values would read 'None'"
+        assert not s.astype(str).isin(["None", "nan", "NaN", "<NA>"]).any(), col
+        if pd.api.types.is_float_dtype(s):
+            assert cfg.get(col, {}).get("type_config", {}).get("format"), f"{col}: no format"
+            raw = [v for v in s if not (float(v).is_integer() or float(f"{v:.5g}") == v)]
+            assert not raw, f"{col}: unrounded {raw[:3]}"
+    return df
+
+
+def test_runs_and_run_pages_read_like_the_terminal(monkeypatch, example_run, faster_copy):
+    at = _app(monkeypatch, faster_copy.parent, run=example_run)
+    _readable(at.dataframe[0])  # Runs
+    _page(at, "run")
+    summary = _readable(at.dataframe[0])
+    cfg = json.loads(at.dataframe[0].proto.columns)
+    assert cfg["median ms"]["type_config"]["format"] == "%.4g"
+    assert cfg["speedup"]["type_config"]["format"] == "%.2fx"
+    assert set(summary.dtype) <= {"fp16", "bf16", "fp32"}
+    dram = summary["DRAM %"]  # ncu-profiled cases only: the others read "-"
+    assert (dram == "-").any() and dram[dram != "-"].str.fullmatch(r"\d+%").all()
+    assert summary["speedup"].between(0.01, 100).all()
+    for el in at.dataframe[1:]:
+        _readable(el)
+
+
+def test_every_table_of_every_page_is_readable(monkeypatch, example_run, faster_copy):
+    at = _app(monkeypatch, faster_copy.parent, run=faster_copy, base=example_run)
+    for name in PAGES:
+        _page(at, name)
+        for el in at.dataframe:
+            _readable(el)
 
 
 def test_runs_page_lists_examples_beside_user_runs(monkeypatch, example_runs, faster_copy):

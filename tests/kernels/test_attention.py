@@ -300,7 +300,7 @@ def test_cli_smoke_run_flash(tmp_path):
     non-skipped case correct and timed; the CUDA-only peers skipped with a reason."""
     proc = subprocess.run(
         [sys.executable, "-m", "harness", "run", str(ROOT / "experiments" / "flash.yaml"),
-         "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+         "--store", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     merged = store.load_cases(run_dir).merge(store.load_results(run_dir), on="case_id",

@@ -57,7 +57,7 @@ def test_cli_smoke_run_layernorm_bwd(tmp_path):
     backward goes through the op's binder (autograd.grad of a forward done beforehand)."""
     proc = subprocess.run(
         [sys.executable, "-m", "harness", "run", str(ROOT / "experiments" / "layernorm_bwd.yaml"),
-         "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+         "--store", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     cases = store.load_cases(run_dir)
