@@ -271,6 +271,9 @@ class Runner:
         status = "partial" if (failed_pass or pending) else "complete"
         store.update_manifest(self.run_dir, status=status,
                               finished_utc=datetime.now(timezone.utc).isoformat())
+        from harness.analysis import pairing
+
+        pairing.record(self.run_dir)  # the previous comparable run: `show`'s since block
 
 
 def wall_line(walls: dict[str, float]) -> str:
@@ -322,8 +325,11 @@ def detect_device(requested: str | None) -> tuple[str, str]:
 
 def start(exp_path: str, *, out_root: str, smoke: bool | None, cases_filter: str | None,
           device: str | None, console: Console, argv: list[str], gpus: str | None = None,
-          ray: str | None = None) -> Path:
+          ray: str | None = None, against: str | None = None) -> Path:
+    from harness.analysis import pairing
+
     exp = spec.load(exp_path)  # SpecError before anything is written
+    asked = pairing.request(against, out_root)  # StoreError before anything is written
     if ray and ray != "local" and device is None:
         dev, why = "cuda", ""  # the cluster's GPUs, not the driver's, run the cases
     elif gpus and device is None:
@@ -353,6 +359,7 @@ def start(exp_path: str, *, out_root: str, smoke: bool | None, cases_filter: str
         "created_utc": datetime.now(timezone.utc).isoformat(),
         "executor": executor.describe(),
         "driver": store.driver_record(),
+        "against": asked.as_dict() if asked else None,  # None: found at the end of the run
     }
     run_dir = store.create_run(out_root, exp.name, manifest)
     store.write_table(run_dir, "cases", cases_frame(cases))
@@ -392,9 +399,14 @@ def _run(run_dir: Path, console: Console, executor: Executor | None = None) -> N
 
 
 def resume(ref: str, *, out_root: str, console: Console, gpus: str | None = None,
-           ray: str | None = None) -> Path:
+           ray: str | None = None, against: str | None = None) -> Path:
     """Finish a stopped run with the executor it started with (or the one given now)."""
+    from harness.analysis import pairing
+
     run_dir = store.resolve_run(ref, out_root)
+    if against is not None:  # a new choice of the previous run
+        asked = pairing.request(against, out_root)
+        store.update_manifest(run_dir, against=asked.as_dict() if asked else None)
     m = store.load_manifest(run_dir)
     status = store.effective_status(m)
     if status == "complete":
