@@ -404,18 +404,20 @@ def resume(ref: str, *, out_root: str, console: Console, gpus: str | None = None
     from harness.analysis import pairing
 
     run_dir = store.resolve_run(ref, out_root)
-    if against is not None:  # a new choice of the previous run
-        asked = pairing.request(against, out_root)
-        store.update_manifest(run_dir, against=asked.as_dict() if asked else None)
+    asked = pairing.request(against, out_root) if against is not None else None
     m = store.load_manifest(run_dir)
     status = store.effective_status(m)
-    if status == "complete":
-        console.print(f"run {run_dir.name} is already complete")
-        return run_dir
     if status == "running":
         drv = m.get("driver") or {}
         raise HarnessError(f"run {run_dir.name} is still running (pid {drv.get('pid')} on "
                            f"{drv.get('host')}); stop it first or wait")
+    if against is not None:  # a new choice of the previous run (auto: found at the end)
+        store.update_manifest(run_dir, against=asked.as_dict() if asked else None)
+    if status == "complete":
+        if against is not None:  # paired again now; an unfinished run is paired at its end
+            pairing.record(run_dir)
+        console.print(f"run {run_dir.name} is already complete")
+        return run_dir
     ex = m.get("executor") or {}
     if ex.get("kind") == "ray" and not (gpus or ray):
         dev = m["device"]

@@ -218,8 +218,8 @@ def test_cli_fail_on_regression_exit_codes(tmp_path, capsys):
     argv = ["compare", "base", "slow", "--store", str(tmp_path), "--fail-on-regression"]
     assert cli.main(argv + ["5%"]) == 1
     out = capsys.readouterr().out
-    assert "regression: triton M=64 N=1024 fp16: 1.10x slower (significant, p<0.001, CI 1.10–1.10)" \
-        in out
+    assert ("regression: triton M=64 N=1024 fp16: 1.10x slower (significant, p<0.001, "
+            "CI 1.10–1.10)") in out
     assert "1 pair(s) significantly slower by more than 5%" in out
     assert cli.main(argv + ["15%"]) == 0  # 10 % slower is within a 15 % budget
     assert cli.main(["compare", "slow", "base", "--store", str(tmp_path),

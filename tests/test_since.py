@@ -6,16 +6,16 @@ test runs the real CLI on the CPU with the harness self-test op.
 from __future__ import annotations
 
 import io
-from html import escape
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+from html import escape
 from pathlib import Path
 
-import pandas as pd
+import numpy as np
 import pytest
 from rich.console import Console
 from run_factory import CPU_ENV, GPU_ENV, case_id, ncu_rows, write_run
@@ -32,7 +32,7 @@ H200 = "20261122T021915Z-softmax-6059"
 ONE = {"torch/1024": 1.0, "triton/1024": 0.5}
 
 
-# -- pairing --------------------------------------------------------------------------------------
+# -- pairing ---------------------------------------------------------------------------------------
 
 def test_pairing_picks_the_latest_earlier_comparable_run(tmp_path):
     older = write_run(tmp_path, minutes=0, medians=ONE)
@@ -86,14 +86,12 @@ def test_a_run_made_before_pairing_has_no_block(tmp_path):
     assert since_data(run) is None and show.to_json(run)["since"] is None
 
 
-# -- the block --------------------------------------------------------------------------------------
+# -- the block -------------------------------------------------------------------------------------
 
 SHAPES = [256, 1024, 4096]
 
 
 def medians(seed: int, slower: str | None = None) -> dict[str, float]:
-    import numpy as np
-
     rng = np.random.default_rng(seed)
     return {f"{i}/{n}": n / 1000 * (1 + rng.normal(0, 0.004)) * (1.10 if f"{i}/{n}" == slower
                                                                  else 1.0)
@@ -187,11 +185,12 @@ def test_evidence_from_ncu_metrics_and_the_cap(tmp_path):
     after = write_run(tmp_path, minutes=5, medians=faster, seed=3, metrics=cand)
     pairing.record(after)
     s = since_data(after, limit=2)
-    assert len(s.changes) == 2 and s.n_more == 4 and s.changes[0].key == "triton M=64 N=1024 fp16"
+    assert len(s.changes) == 2 and s.n_more == 4
+    assert s.changes[0].key == "triton M=64 N=1024 fp16"
     assert s.changes[0].text.startswith("1.50x faster (significant, p<0.001, CI 1.")
-    assert s.changes[0].evidence == ["block 128 → 256", "regs 168 → 128", "occupancy 12% → 19%",
-                                     "DRAM 40% → 55%",
-                                     "top stall long_scoreboard → math_pipe_throttle"]
+    assert s.changes[0].evidence == [
+        "block 128 → 256", "regs 168 → 128", "occupancy 12% → 19%", "DRAM 40% → 55%",
+        "top stall long_scoreboard → math_pipe_throttle"]
     assert since_lines(s)[-1] == "  … and 4 more"
     assert "- … and 4 more" in since_markdown(s)
 
@@ -234,7 +233,7 @@ def test_report_puts_the_block_at_the_top(tmp_path):
     assert html.index('<section class="since">') < html.index("<h2>Headline</h2>")
 
 
-# -- end to end: run --against, show ----------------------------------------------------------------
+# -- end to end: run --against, show ---------------------------------------------------------------
 
 ENV = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
        "HARNESS_OPS": "harness_test_ops", "COLUMNS": "200"}
@@ -287,3 +286,15 @@ def test_run_records_against_auto_explicit_and_none(tmp_path):
     assert "--against: run 'no-such-run' not found" in bad.stderr
     assert "valid: a run id or run directory, auto, none" in bad.stderr
     assert len(store.list_runs(out)) == 3  # nothing written
+
+
+def test_resume_of_a_complete_run_pairs_it_again(tmp_path):
+    from harness import runner
+
+    older = write_run(tmp_path, minutes=0, medians=ONE)
+    this = write_run(tmp_path, minutes=5, medians=ONE, seed=2)
+    quiet = Console(file=io.StringIO())
+    runner.resume(this.name, out_root=str(tmp_path), console=quiet, against="auto")
+    assert store.load_manifest(this)["against"]["run_id"] == older.name
+    runner.resume(this.name, out_root=str(tmp_path), console=quiet, against="none")
+    assert store.load_manifest(this)["against"]["how"] == "none"

@@ -9,8 +9,9 @@ Pairs cases of two runs by (op, impl, params, dtype). For each pair:
 and a mark (see `compare_samples` for the rule): faster | slower | same | ambiguous, plus
 "missing" for a pair without samples on one side. Between two runs the noise band of a pair is
 analysis.noise's threshold: the larger of the machine's between-run floor (learned from A/A runs
-in the store, else a default) and the pair's own spread, so run-to-run drift is not a change. Profiler metrics of the pair (canonical names,
-dominant kernel, see analysis.summary) are listed when they moved beyond a small threshold.
+in the store, else a default) and the pair's own spread, so run-to-run drift is not a change.
+Profiler metrics of the pair (canonical names, dominant kernel, see analysis.summary) are listed
+when they moved beyond a small threshold.
 
 Two runs are comparable only on the same GPU, driver, clock limits and device kind
 (`env_problems`); otherwise `compare_runs` refuses unless told `allow_incomparable`.

@@ -97,7 +97,7 @@ class Since:
         return f"since {self.against.run_id} ({self.against.how})"
 
 
-# -- data -------------------------------------------------------------------------------------------
+# -- data ------------------------------------------------------------------------------------------
 
 def since_data(run_dir: str | Path, *, limit: int = LIMIT) -> Since | None:
     """The block for a run from its manifest's `against` record (None: nothing recorded, a run
@@ -170,7 +170,7 @@ def _notes(mp: dict, m: dict, t: pd.DataFrame) -> list[str]:
     return out
 
 
-# -- evidence ---------------------------------------------------------------------------------------
+# -- evidence --------------------------------------------------------------------------------------
 
 def _record(v):
     """A results cell holding a dict (or its JSON) -> dict; a plain value -> itself; None."""
@@ -238,7 +238,7 @@ def evidence(key: str, rb: dict, rc: dict, metrics: pd.DataFrame) -> list[str]:
     return out
 
 
-# -- renderers --------------------------------------------------------------------------------------
+# -- renderers -------------------------------------------------------------------------------------
 
 IMPL_HEADER = "per implementation, geo-mean of before/now median time (>1: faster now)"
 
