@@ -89,7 +89,7 @@ class Report:
                                                store.load_samples(self.run_dir))
         self.metrics = store.load_metrics(self.run_dir)
         self.ctx = report_context.build(self.run_dir, self.df, store_arg, self.calibration)
-        self.ctx["since"] = since_context(self.run_dir)  # the since-last-run block, at the top
+        self.ctx.update(since_context(self.run_dir))  # the since-last-run block, at the top
         self.comparison = None
         if against is not None:
             from harness.analysis.compare import compare_runs
@@ -145,15 +145,18 @@ class Report:
             generated=generated or _now())
 
 
-def since_context(run_dir: Path) -> dict | None:
-    """{md, html} of the run's since-last-run block (analysis.since); None when the manifest
-    records no pair (a run made before pairing existed)."""
+def since_context(run_dir: Path) -> dict:
+    """`since` (Markdown) and `since_html` (markup, inside <section class="since">): the run's
+    since-last-run block (analysis.since); empty when the manifest records no pair (a run made
+    before pairing existed)."""
     from markupsafe import Markup
 
     from harness.analysis.since import since_data, since_html, since_markdown
 
     s = since_data(run_dir)
-    return None if s is None else {"md": since_markdown(s), "html": Markup(since_html(s))}
+    if s is None:
+        return {"since": "", "since_html": ""}
+    return {"since": since_markdown(s), "since_html": Markup(since_html(s))}
 
 
 def export_pngs(figs: dict, out: Path) -> tuple[list[Path], str | None]:

@@ -103,9 +103,11 @@ def provenance(block: int, regs: int, spills: int, code: str) -> dict[str, dict]
     for i in ("torch", "triton", "torch_compile", "liger"):
         for n in SHAPES:
             out[case_id(i, n)] = {"code_hash": f"{i}-{code if i == 'triton' else 'same'}"}
-    cid = case_id("triton", 1024)
-    out[cid].update(config=json.dumps({"BLOCK": block, "num_warps": 4}),
-                    compiled=json.dumps({"n_regs": regs, "n_spills": spills, "shared": 0}))
+    cid = case_id("triton", 1024)  # as the worker records them (harness.provenance)
+    out[cid].update(config=json.dumps({"fwd": {"BLOCK": block, "num_warps": 4}}),
+                    compiled=json.dumps([{"kernel": "softmax_kernel", "registers": regs,
+                                          "spills": spills, "shared_bytes": 0, "num_warps": 4,
+                                          "launches": 1}]))
     return out
 
 
@@ -134,9 +136,9 @@ def test_block_on_two_cpu_runs_with_one_case_10pct_slower(tmp_path):
     ch = s.changes[0]
     assert ch.key == "triton M=64 N=1024 fp16" and ch.mark == "slower"
     assert re.fullmatch(r"1\.1\dx slower \(significant, p<0\.001, CI 1\.\d\d–1\.\d\d\)", ch.text)
-    assert ch.evidence == ["config BLOCK 64 → 128", "regs 32 → 40", "spills 0 → 2",
+    assert ch.evidence == ["config fwd.BLOCK 64 → 128", "regs 32 → 40", "spills 0 → 2",
                            "code changed"]
-    assert ch.line == f"{ch.key}: {ch.text}; config BLOCK 64 → 128; regs 32 → 40; " \
+    assert ch.line == f"{ch.key}: {ch.text}; config fwd.BLOCK 64 → 128; regs 32 → 40; " \
                       "spills 0 → 2; code changed"
     triton = next(i for i in s.impls if i.impl == "triton")
     assert triton.n == 3 and triton.geo_ratio == pytest.approx(1 / 1.1 ** (1 / 3), rel=0.01)
@@ -150,13 +152,13 @@ def test_block_on_two_cpu_runs_with_one_case_10pct_slower(tmp_path):
     assert md.startswith(f"## Since `{before.name}` (auto)\n")
     marks = ", ".join(f"{v} {k}" for k, v in triton.counts.items())
     assert f"| `triton` | 3 | 0.97x | {marks} |" in md
-    assert f"- triton M=64 N=1024 fp16: **{ch.text}**; config BLOCK 64 → 128;" in md
+    assert f"- triton M=64 N=1024 fp16: **{ch.text}**; config fwd.BLOCK 64 → 128;" in md
     html = since_html(s)
-    assert html.startswith('<section class="since">')
+    assert html.startswith(f"<h2>Since <code>{before.name}</code> (auto)</h2>")
     assert f"<strong>{escape(ch.text)}</strong>" in html and "p&lt;0.001" in html
     out = io.StringIO()
     print_since(s, Console(file=out, width=300, color_system=None))
-    assert f"triton M=64 N=1024 fp16: {ch.text}; config BLOCK 64 → 128" in out.getvalue()
+    assert f"triton M=64 N=1024 fp16: {ch.text}; config fwd.BLOCK 64 → 128" in out.getvalue()
     js = since_json(s)
     assert js["changes"][0]["evidence"] == ch.evidence and js["lines"] == lines
     json.dumps(js)  # plain JSON types only
@@ -169,6 +171,26 @@ def test_without_aa_runs_a_10pct_cpu_change_is_within_the_default_floor(tmp_path
     assert not s.changes and s.counts == {"same": 12}
     assert since_lines(s)[-1] == (f"no change beyond noise in 12 pairs (12 same; noise "
                                   f"threshold: {s.floor})")
+
+
+def test_compiled_and_config_records_as_the_worker_writes_them():
+    from harness.analysis.since import compiled_diff, config_diff
+
+    k = {"kernel": "attn_fwd", "registers": 186, "spills": 0, "shared_bytes": 98304,
+         "num_warps": 8, "num_stages": 3, "launches": 1, "constexprs": {"BLOCK_N": 64}}
+    k2 = {**k, "registers": 168, "num_stages": 2, "constexprs": {"BLOCK_N": 128}}
+    assert compiled_diff(json.dumps([k]), json.dumps([k2])) == ["regs 186 → 168", "stages 3 → 2"]
+    assert compiled_diff("[]", json.dumps([k2])) is None  # the interpreter compiles nothing
+    assert compiled_diff(None, json.dumps([k2])) is None
+    two = [k2, {**k2, "kernel": "attn_bwd", "spills": 4}]
+    assert compiled_diff(json.dumps([k, {**k, "kernel": "attn_bwd"}]), json.dumps(two)) == [
+        "attn_fwd regs 186 → 168", "attn_fwd stages 3 → 2", "attn_bwd regs 186 → 168",
+        "attn_bwd spills 0 → 4", "attn_bwd stages 3 → 2"]
+    assert compiled_diff(json.dumps([k]), json.dumps(two))[0] == "compiled kernels 1 → 2"
+    a = json.dumps({"fwd": {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}})
+    b = json.dumps({"fwd": {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2}})
+    assert config_diff(a, b) == "config fwd.BLOCK_N 64 → 128, fwd.num_stages 3 → 2"
+    assert config_diff(a, a) is None and config_diff(a, None) is None
 
 
 def test_evidence_from_ncu_metrics_and_the_cap(tmp_path):

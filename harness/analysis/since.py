@@ -40,11 +40,10 @@ EVIDENCE_METRICS = {
 }
 LAUNCH = ("block_size", "grid_size")  # named only when the results carry no `config`
 COMPILED = ("registers_per_thread", "shared_mem_per_block_bytes")  # ... no `compiled`
-# keys of the results' `compiled` record -> the short label used in the block
-COMPILED_LABELS = {"n_regs": "regs", "num_regs": "regs", "registers": "regs", "regs": "regs",
-                   "registers_per_thread": "regs", "n_spills": "spills", "num_spills": "spills",
-                   "spills": "spills", "shared": "smem", "shared_mem": "smem",
-                   "shared_mem_bytes": "smem"}
+# fields of the results' `compiled` records (one per launched Triton kernel) -> short labels
+COMPILED_LABELS = {"registers": "regs", "n_regs": "regs", "spills": "spills", "n_spills": "spills",
+                   "shared_bytes": "smem", "shared": "smem", "num_warps": "warps",
+                   "num_stages": "stages", "launches": "launches"}
 
 
 @dataclass
@@ -185,29 +184,63 @@ def _record(v):
     return dict(v) if hasattr(v, "keys") else v
 
 
+def _flat(d: dict, prefix: str = "") -> dict:
+    """{tuner: {field: value}} -> {"tuner.field": value} (a flat dict stays as it is)."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
 def config_diff(a, b) -> str | None:
-    """`config BLOCK_N 64 → 128, num_stages 3 → 2` (None when unknown on a side or equal)."""
+    """`config fwd.BLOCK_N 64 → 128, fwd.num_stages 3 → 2` (None when unknown on a side or
+    equal). Configs are the results' JSON {tuner: {field: value}}."""
     a, b = _record(a), _record(b)
     if a is None or b is None or a == b:
         return None
     if isinstance(a, dict) and isinstance(b, dict):
+        a, b = _flat(a), _flat(b)
         keys = [k for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
         return "config " + ", ".join(f"{k} {a.get(k, '-')} → {b.get(k, '-')}" for k in keys)
     return f"config {a} → {b}"
 
 
+def _kernels(v) -> list[dict] | None:
+    """The `compiled` record as a list of per-kernel dicts; None when nothing was recorded
+    (a CPU run records [])."""
+    v = _record(v)
+    if isinstance(v, dict):
+        v = [v]
+    if not isinstance(v, list) or not v or not all(isinstance(k, dict) for k in v):
+        return None
+    return v
+
+
 def compiled_diff(a, b) -> list[str] | None:
-    """`regs 186 → 168`, `spills 0 → 4` from the results' `compiled` records (None when a side
-    has none: the ncu metrics stand in)."""
-    a, b = _record(a), _record(b)
-    if not isinstance(a, dict) or not isinstance(b, dict):
+    """`regs 186 → 168`, `spills 0 → 4`, `smem 16384 → 32768` from the results' `compiled`
+    records, kernel by kernel (named when there are several); None when a side has none (the
+    ncu metrics stand in)."""
+    ka, kb = _kernels(a), _kernels(b)
+    if ka is None or kb is None:
         return None
     out = []
-    for k in dict.fromkeys([*a, *b]):
-        va, vb = _num(a.get(k)), _num(b.get(k))
-        if va is None or vb is None or va == vb or isinstance(a.get(k), bool):
-            continue
-        out.append(f"{COMPILED_LABELS.get(k, k)} {va:g} → {vb:g}")
+    if len(ka) != len(kb):
+        out.append(f"compiled kernels {len(ka)} → {len(kb)}")
+    if len(ka) == 1 and len(kb) == 1:
+        pairs = [("", ka[0], kb[0])]
+    else:
+        by_name = {str(k.get("kernel")): k for k in kb}
+        pairs = [(f"{k.get('kernel')} ", k, by_name[str(k.get("kernel"))]) for k in ka
+                 if str(k.get("kernel")) in by_name]
+    for prefix, x, y in pairs:
+        for k in dict.fromkeys([*x, *y]):
+            va, vb = _num(x.get(k)), _num(y.get(k))
+            if va is None or vb is None or va == vb or isinstance(x.get(k), bool):
+                continue
+            out.append(f"{prefix}{COMPILED_LABELS.get(k, k)} {va:g} → {vb:g}")
     return out
 
 
@@ -316,7 +349,8 @@ def since_markdown(s: Since, heading: str = "##") -> str:
 
 
 def since_html(s: Since) -> str:
-    """The same section as HTML (escaped; uses the report's table and legend styles)."""
+    """The same block as HTML (escaped; the report's table styles), for inside a
+    <section class="since">."""
     e = html.escape
     if s.message:
         return f'<p class="note">{e(s.message)}</p>\n'
@@ -340,7 +374,7 @@ def since_html(s: Since) -> str:
         items.append(f"<li>… and {s.n_more} more</li>")
     if items:
         out.append("<ul>" + "".join(items) + "</ul>")
-    return '<section class="since">\n' + "\n".join(out) + "\n</section>\n"
+    return "\n".join(out) + "\n"
 
 
 def since_json(s: Since | None) -> dict | None:
