@@ -335,6 +335,36 @@ def run_facts(rd: RunData) -> dict[str, str]:
     return facts
 
 
+# -- since the previous run (analysis.since) -------------------------------------------------------
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _cached_since(path: str, stamps: tuple):
+    from harness.analysis.since import since_data
+
+    return since_data(path)
+
+
+def since(rd: RunData):
+    """The run's since-last-run block (analysis.since.Since), None when its manifest records no
+    pair. Cached on the run, its previous run and the store root (new A/A runs move the floor)."""
+    prev = (rd.manifest.get("against") or {}).get("path") or ""
+    return _cached_since(rd.path, (_stamp(rd.path), _stamp(prev) if prev else (),
+                                   _stamp(Path(rd.path).parent)))
+
+
+def since_impl_table(s) -> pd.DataFrame:
+    return pd.DataFrame([{"implementation": i.impl, "paired cases": i.n,
+                          "geo-mean before/now": None if i.geo_ratio is None
+                          else round(i.geo_ratio, 3),
+                          "marks": ", ".join(f"{v} {k}" for k, v in i.counts.items())}
+                         for i in s.impls])
+
+
+def md_escape(text: str) -> str:
+    """Literal text inside st.markdown/st.caption (no stray emphasis from `*` or `_`)."""
+    return "".join("\\" + ch if ch in "*_`[]<>" else ch for ch in str(text))
+
+
 # -- roofline / stalls -----------------------------------------------------------------------------
 
 def has_ncu(rd: RunData) -> bool:

@@ -27,6 +27,9 @@ def _add_run(sub):
                    help="one worker per GPU of this host; the cases are sharded over them")
     p.add_argument("--ray", default=None, metavar="ADDRESS|local",
                    help="run the cases as Ray tasks (pip install -e '.[ray]')")
+    p.add_argument("--against", default=None, metavar="RUN|none|auto",
+                   help="the run the since-last-run block compares with (default auto: the "
+                        "latest earlier comparable run in --out; none: no block)")
 
 
 def _sigterm_as_interrupt(signum, frame):
@@ -48,11 +51,12 @@ def _cmd_run(a, console: Console) -> int:
     try:
         if a.resume:
             run_dir = runner.resume(a.resume, out_root=a.store, console=console, gpus=a.gpus,
-                                    ray=a.ray)
+                                    ray=a.ray, against=a.against)
         else:
             run_dir = runner.start(a.experiment, out_root=a.store, smoke=a.smoke,
                                    cases_filter=a.cases, device=a.device, console=console,
-                                   argv=sys.argv[1:], gpus=a.gpus, ray=a.ray)
+                                   argv=sys.argv[1:], gpus=a.gpus, ray=a.ray,
+                                   against=a.against)
     except Interrupted as exc:
         run_dir = exc.args[0] if exc.args else None
         console.print("[yellow]interrupted[/]: the partial run is stored; finish it with "

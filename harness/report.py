@@ -90,6 +90,7 @@ class Report:
                                                store.load_samples(self.run_dir))
         self.metrics = store.load_metrics(self.run_dir)
         self.ctx = report_context.build(self.run_dir, self.df, store_arg, self.calibration)
+        self.ctx.update(since_context(self.run_dir))  # the since-last-run block, at the top
         self.comparison = None
         if against is not None:
             from harness.analysis.compare import compare_runs
@@ -140,6 +141,7 @@ class Report:
                        self.comparison.headline, "banner": compare_cli.banner(self.comparison),
                        "notes": self.comparison.notes,
                        "notable": compare_cli.notable(self.comparison),
+                       "legend": compare_cli.legend(self.comparison),
                        "table": {"columns": cols, "rows": rows, "align": list("lrrll")}}
         charts_html = [pio.to_html(f, full_html=False, include_plotlyjs=False,
                                    default_width="100%", default_height="560px",
@@ -148,6 +150,20 @@ class Report:
         return _env().get_template("report.html.j2").render(
             **self.ctx, compare=compare, charts_html=charts_html, plotly_js=get_plotlyjs(),
             generated=generated or _now())
+
+
+def since_context(run_dir: Path) -> dict:
+    """`since` (Markdown) and `since_html` (markup, inside <section class="since">): the run's
+    since-last-run block (analysis.since); empty when the manifest records no pair (a run made
+    before pairing existed)."""
+    from markupsafe import Markup
+
+    from harness.analysis.since import since_data, since_html, since_markdown
+
+    s = since_data(run_dir)
+    if s is None:
+        return {"since": "", "since_html": ""}
+    return {"since": since_markdown(s), "since_html": Markup(since_html(s))}
 
 
 def export_pngs(figs: dict, out: Path) -> tuple[list[Path], str | None]:

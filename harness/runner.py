@@ -326,6 +326,9 @@ class Runner:
         status = "partial" if (failed_pass or pending) else "complete"
         store.update_manifest(self.run_dir, status=status,
                               finished_utc=datetime.now(timezone.utc).isoformat())
+        from harness.analysis import pairing
+
+        pairing.record(self.run_dir)  # the previous comparable run: `show`'s since block
 
 
 def wall_line(walls: dict[str, float]) -> str:
@@ -377,8 +380,11 @@ def detect_device(requested: str | None) -> tuple[str, str]:
 
 def start(exp_path: str, *, out_root: str, smoke: bool | None, cases_filter: str | None,
           device: str | None, console: Console, argv: list[str], gpus: str | None = None,
-          ray: str | None = None) -> Path:
+          ray: str | None = None, against: str | None = None) -> Path:
+    from harness.analysis import pairing
+
     exp = spec.load(exp_path)  # SpecError before anything is written
+    asked = pairing.request(against, out_root)  # StoreError before anything is written
     if ray and ray != "local" and device is None:
         dev, why = "cuda", ""  # the cluster's GPUs, not the driver's, run the cases
     elif gpus and device is None:
@@ -408,6 +414,7 @@ def start(exp_path: str, *, out_root: str, smoke: bool | None, cases_filter: str
         "created_utc": datetime.now(timezone.utc).isoformat(),
         "executor": executor.describe(),
         "driver": store.driver_record(),
+        "against": asked.as_dict() if asked else None,  # None: found at the end of the run
     }
     run_dir = store.create_run(out_root, exp.name, manifest)
     store.write_table(run_dir, "cases", cases_frame(cases))
@@ -447,18 +454,25 @@ def _run(run_dir: Path, console: Console, executor: Executor | None = None) -> N
 
 
 def resume(ref: str, *, out_root: str, console: Console, gpus: str | None = None,
-           ray: str | None = None) -> Path:
+           ray: str | None = None, against: str | None = None) -> Path:
     """Finish a stopped run with the executor it started with (or the one given now)."""
+    from harness.analysis import pairing
+
     run_dir = store.resolve_run(ref, out_root)
+    asked = pairing.request(against, out_root) if against is not None else None
     m = store.load_manifest(run_dir)
     status = store.effective_status(m)
-    if status == "complete":
-        console.print(f"run {run_dir.name} is already complete")
-        return run_dir
     if status == "running":
         drv = m.get("driver") or {}
         raise HarnessError(f"run {run_dir.name} is still running (pid {drv.get('pid')} on "
                            f"{drv.get('host')}); stop it first or wait")
+    if against is not None:  # a new choice of the previous run (auto: found at the end)
+        store.update_manifest(run_dir, against=asked.as_dict() if asked else None)
+    if status == "complete":
+        if against is not None:  # paired again now; an unfinished run is paired at its end
+            pairing.record(run_dir)
+        console.print(f"run {run_dir.name} is already complete")
+        return run_dir
     ex = m.get("executor") or {}
     if ex.get("kind") == "ray" and not (gpus or ray):
         dev = m["device"]

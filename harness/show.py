@@ -244,6 +244,16 @@ def render(run_dir: str | Path, console: Console) -> None:
         from harness.runner import wall_line
 
         console.print(wall_line(m["pass_wall_s"]))
+    render_since(run_dir, console)
+
+
+def render_since(run_dir: Path, console: Console) -> None:
+    """The since-last-run block (analysis.since), from the manifest's `against` record."""
+    from harness.analysis.since import print_since, since_data
+
+    s = since_data(run_dir)
+    if s is not None:
+        print_since(s, console)
 
 
 def not_ok_groups(df: pd.DataFrame) -> list[dict]:
@@ -349,8 +359,10 @@ def to_json(run_dir: str | Path) -> dict:
         r["kernels"] = per_case.get(r["case_id"], [])
         r["source_lines"] = hot.get(r["case_id"], [])
         cases.append(r)
+    from harness.analysis.since import since_data, since_json
+
     return {"run_id": m["run_id"], "status": store.effective_status(m),
             "experiment": m["experiment"], "executor": m.get("executor"),
-            "pass_wall_s": m.get("pass_wall_s"),
+            "pass_wall_s": m.get("pass_wall_s"), "since": since_json(since_data(run_dir)),
             "env": m.get("env"), "device": m.get("device"), "passes": m.get("passes"),
             "cases": cases, "run_level_metrics": per_case.get("", [])}

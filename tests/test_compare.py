@@ -162,14 +162,16 @@ def test_compare_runs_pairs_marks_and_metric_deltas(tmp_path):
                                          "ci_low", "ci_high", "p_value", "mark", "text"]
     assert t.loc["torch M=64 N=1024 fp16", "mark"] == "same"
     assert t.loc["triton M=64 N=1024 fp16", "mark"] == "faster"
-    assert t.loc["triton M=64 N=1024 fp16", "text"] == "1.18x faster (significant, p<0.001)"
+    assert t.loc["triton M=64 N=1024 fp16", "text"] == \
+        "1.18x faster (significant, p<0.001, CI 1.18–1.18)"
     m = c.metrics.set_index("name")
     assert set(m.index) == {"registers_per_thread", "achieved_occupancy_pct", "top_stall"}
     assert (m.loc["registers_per_thread", "base"], m.loc["registers_per_thread", "cand"]) == \
         (168.0, 128.0)
     assert m.loc["top_stall", "cand"] == "math_pipe_throttle"
     line = [s for s in c.pair_lines() if s.startswith("triton")][0]
-    assert line == ("triton M=64 N=1024 fp16: 1.18x faster (significant, p<0.001); "
+    assert line == ("triton M=64 N=1024 fp16: 1.18x faster (significant, p<0.001, "
+                    "CI 1.18–1.18); "
                     "achieved occupancy 12% -> 19%; registers 168 -> 128; "
                     "top stall long_scoreboard -> math_pipe_throttle")
 
@@ -216,7 +218,8 @@ def test_cli_fail_on_regression_exit_codes(tmp_path, capsys):
     argv = ["compare", "base", "slow", "--store", str(tmp_path), "--fail-on-regression"]
     assert cli.main(argv + ["5%"]) == 1
     out = capsys.readouterr().out
-    assert "regression: triton M=64 N=1024 fp16: 1.10x slower (significant, p<0.001)" in out
+    assert ("regression: triton M=64 N=1024 fp16: 1.10x slower (significant, p<0.001, "
+            "CI 1.10–1.10)") in out
     assert "1 pair(s) significantly slower by more than 5%" in out
     assert cli.main(argv + ["15%"]) == 0  # 10 % slower is within a 15 % budget
     assert cli.main(["compare", "slow", "base", "--store", str(tmp_path),

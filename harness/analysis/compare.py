@@ -7,8 +7,11 @@ Pairs cases of two runs by (op, impl, params, dtype). For each pair:
     p        = two-sided Mann-Whitney U test on the raw samples (scipy)
 
 and a mark (see `compare_samples` for the rule): faster | slower | same | ambiguous, plus
-"missing" for a pair without samples on one side. Profiler metrics of the pair (canonical names,
-dominant kernel, see analysis.summary) are listed when they moved beyond a small threshold.
+"missing" for a pair without samples on one side. Between two runs the noise band of a pair is
+analysis.noise's threshold: the larger of the machine's between-run floor (learned from A/A runs
+in the store, else a default) and the pair's own spread, so run-to-run drift is not a change.
+Profiler metrics of the pair (canonical names, dominant kernel, see analysis.summary) are listed
+when they moved beyond a small threshold.
 
 Two runs are comparable only on the same GPU, driver, clock limits and device kind
 (`env_problems`); otherwise `compare_runs` refuses unless told `allow_incomparable`.
@@ -58,11 +61,13 @@ COMPARED_METRICS = (
      "{:.0f} B", 1.0, 0.0),
     ("l2_hit_rate_pct", "l2_hit_rate_pct", "L2 hit rate", "{:.0f}%", 2.0, 0.0),
     ("kernel_count", "kernel_count", "kernels", "{:.0f}", 1.0, 0.0),
+    ("block_size", "block_size", "block size", "{:.0f}", 1.0, 0.0),
+    ("grid_size", "grid_size", "grid size", "{:.0f}", 1.0, 0.0),
 )
 METRIC_LABEL = {name: (label, fmt) for _, name, label, fmt, _, _ in COMPARED_METRICS}
 TIME_COLUMNS = ["key", "op", "impl", "params", "dtype", "base_case_id", "cand_case_id",
                 "base_ms", "cand_ms", "ratio", "ci_low", "ci_high", "p_value", "mark", "text",
-                "base_n", "cand_n", "base_correct", "cand_correct"]
+                "base_n", "cand_n", "base_correct", "cand_correct", "threshold"]
 METRIC_COLUMNS = ["key", "impl", "name", "base", "cand", "delta", "rel_delta"]
 
 
@@ -75,9 +80,28 @@ class TimeDiff:
     mark: str  # faster | slower | same | ambiguous
     text: str  # "1.18x faster (significant, p<0.001)"
 
+    def ci_text(self) -> str:
+        """`CI 1.15–1.21` in the direction of the change (slow-down factors when slower)."""
+        lo, hi = (1 / self.ci_high, 1 / self.ci_low) if self.ratio < 1 else (self.ci_low,
+                                                                              self.ci_high)
+        return f"CI {lo:.2f}–{hi:.2f}"
+
+    def change_text(self) -> str:
+        """`1.18x faster (significant, p<0.001, CI 1.15–1.21)` for a marked change, else text."""
+        if self.mark not in ("faster", "slower"):
+            return self.text
+        factor = self.ratio if self.mark == "faster" else 1 / self.ratio
+        return f"{factor:.2f}x {self.mark} (significant, {fmt_p(self.p_value)}, {self.ci_text()})"
+
 
 def fmt_p(p: float) -> str:
     return "p<0.001" if p < 0.001 else f"p={p:.3f}" if p < 0.01 else f"p={p:.2f}"
+
+
+def fmt_pct(x: float) -> str:
+    """0.02 -> '2%', 0.031 -> '3.1%', 0.25 -> '25%'."""
+    v = x * 100
+    return f"{v:.0f}%" if v >= 10 else f"{v:.2g}%"
 
 
 def bootstrap_ratio_ci(base: np.ndarray, cand: np.ndarray, *, n_boot: int = N_BOOT,
@@ -103,8 +127,8 @@ def compare_samples(base_ms, cand_ms, *, noise: float = 0.02, alpha: float = 0.0
     ratio = median(base) / median(cand); [lo, hi] = its 95 % bootstrap CI; p = Mann-Whitney U.
 
         faster     p < alpha and lo > 1 + noise       (the whole CI is a speed-up beyond noise)
-        slower     p < alpha and hi < 1 - noise       (the whole CI is a slow-down beyond noise)
-        same       lo >= 1 - noise and hi <= 1 + noise   (whatever p: any shift is within noise)
+        slower     p < alpha and hi < 1/(1 + noise)   (the whole CI is a slow-down beyond noise)
+        same       1/(1 + noise) <= lo, hi <= 1 + noise  (whatever p: any shift is within noise)
         ambiguous  everything else: not significant with a CI wider than the noise band, or
                    significant but the CI reaches into the noise band; also any side with
                    fewer than MIN_SAMPLES samples
@@ -122,17 +146,18 @@ def compare_samples(base_ms, cand_ms, *, noise: float = 0.02, alpha: float = 0.0
     if math.isnan(p):  # scipy gives NaN when every sample on both sides is identical
         p = 1.0
     ci = f"95% CI {lo:.2f}x-{hi:.2f}x"
-    band = f"{noise * 100:.0f}%"
+    band = fmt_pct(noise)
+    down = 1 / (1 + noise)  # the band is symmetric in log space
     if min(len(b), len(c)) < MIN_SAMPLES:
         return TimeDiff(ratio, lo, hi, p, "ambiguous",
                         f"ambiguous (too few samples: {len(b)} vs {len(c)}; {ci})")
     if p < alpha and lo > 1 + noise:
         return TimeDiff(ratio, lo, hi, p, "faster", f"{ratio:.2f}x faster (significant, "
                                                     f"{fmt_p(p)})")
-    if p < alpha and hi < 1 - noise:
+    if p < alpha and hi < down:
         return TimeDiff(ratio, lo, hi, p, "slower", f"{1 / ratio:.2f}x slower (significant, "
                                                     f"{fmt_p(p)})")
-    if lo >= 1 - noise and hi <= 1 + noise:
+    if lo >= down and hi <= 1 + noise:
         return TimeDiff(ratio, lo, hi, p, "same", f"same (within {band}, {fmt_p(p)})")
     if p >= alpha:
         return TimeDiff(ratio, lo, hi, p, "ambiguous",
@@ -168,6 +193,7 @@ class Comparison:
     headline: str
     cpu: bool = False  # either run timed on the CPU (interpreter wall-clock)
     notes: list[str] = field(default_factory=list)
+    floor: object = None  # analysis.noise.NoiseFloor: the between-run part of the thresholds
 
     def pair_lines(self) -> list[str]:
         """One sentence per pair: time verdict then the profiler metrics that moved."""
@@ -238,9 +264,15 @@ def mixed_gpu_problems(run_dir: Path, m: dict) -> list[str]:
         else []
 
 
-def compare_runs(base_dir, cand_dir, *, allow_incomparable: bool = False, noise: float = 0.02,
-                 alpha: float = 0.01) -> Comparison:
-    """Pair the cases of two stored runs and compare their samples and profiler metrics."""
+def compare_runs(base_dir, cand_dir, *, allow_incomparable: bool = False,
+                 noise: float | None = None, alpha: float = 0.01) -> Comparison:
+    """Pair the cases of two stored runs and compare their samples and profiler metrics.
+
+    Each pair's noise band is analysis.noise.threshold: the larger of the between-run floor
+    (`noise` when given, else learned from the A/A runs in the runs' stores, else the device's
+    default) and the pair's own spread."""
+    from harness.analysis import noise as noisemod
+
     base_dir, cand_dir = Path(base_dir), Path(cand_dir)
     mb, mc = store.load_manifest(base_dir), store.load_manifest(cand_dir)
     problems = env_problems(mb.get("env") or {}, mc.get("env") or {})
@@ -254,6 +286,7 @@ def compare_runs(base_dir, cand_dir, *, allow_incomparable: bool = False, noise:
     if not len(pairs):
         raise HarnessError(f"runs {mb['run_id']} and {mc['run_id']} have no case in common "
                            f"(paired by op, impl, params and dtype)")
+    floor = noisemod.floor_for(base_dir, cand_dir, floor=noise)
     sb = _sample_map(base_dir)
     sc = _sample_map(cand_dir)
     time_rows, metric_rows = [], []
@@ -273,22 +306,24 @@ def compare_runs(base_dir, cand_dir, *, allow_incomparable: bool = False, noise:
         if xb is None or xc is None or not len(xb) or not len(xc):
             side = "base" if xb is None or not len(xb) else "candidate"
             row.update(ratio=math.nan, ci_low=math.nan, ci_high=math.nan, p_value=math.nan,
-                       mark="missing", text=f"missing (no samples in the {side} run)")
+                       mark="missing", text=f"missing (no samples in the {side} run)",
+                       threshold=math.nan)
         else:
-            d = compare_samples(xb, xc, noise=noise, alpha=alpha)
-            mark, text = d.mark, d.text
+            band = noisemod.threshold(floor.value, xb, xc)
+            d = compare_samples(xb, xc, noise=band, alpha=alpha)
+            mark, text = d.mark, d.change_text()
             if not (row["base_correct"] and row["cand_correct"]) and mark == "faster":
                 who = "candidate" if not row["cand_correct"] else "base"
                 mark = "ambiguous"
-                text = f"not credited: the {who} case failed correctness ({d.text})"
+                text = f"not credited: the {who} case failed correctness ({text})"
             row.update(ratio=d.ratio, ci_low=d.ci_low, ci_high=d.ci_high, p_value=d.p_value,
-                       mark=mark, text=text)
+                       mark=mark, text=text, threshold=band)
         time_rows.append(row)
         metric_rows.extend(metric_deltas(key, r["impl"], rb, rc))
     time = pd.DataFrame(time_rows, columns=TIME_COLUMNS)
     metrics = pd.DataFrame(metric_rows, columns=METRIC_COLUMNS)
     cpu = mb.get("device") != "cuda" or mc.get("device") != "cuda"
-    notes = []
+    notes = [noise_note(floor)]
     if cpu:
         notes.append("CPU run(s): timings are interpreter/CPU wall-clock; these marks say "
                      "nothing about GPU speed")
@@ -297,7 +332,13 @@ def compare_runs(base_dir, cand_dir, *, allow_incomparable: bool = False, noise:
         notes.append(f"unpaired cases: {unpaired[0]} only in the base run, {unpaired[1]} only "
                      f"in the candidate run")
     return Comparison(mb["run_id"], mc["run_id"], problems, time, metrics,
-                      headline_of(time, problems, cpu), cpu, notes)
+                      headline_of(time, problems, cpu), cpu, notes, floor)
+
+
+def noise_note(floor) -> str:
+    return (f"noise threshold: {floor.text}; a pair's threshold is the larger of that and its "
+            f"own spread (2x relative IQR/sqrt(n)); faster/slower need p < 0.01 and the whole "
+            f"95% CI beyond it")
 
 
 def _sample_map(run_dir: Path) -> dict[str, np.ndarray]:
@@ -333,6 +374,7 @@ def headline_of(time: pd.DataFrame, problems: list[str], cpu: bool = False) -> s
 
 
 def regressions(c: Comparison, threshold: float) -> pd.DataFrame:
-    """Pairs significantly slower by more than `threshold` (0.05 = 5 %), point estimate."""
+    """Pairs marked slower (the noise rule: p < alpha and the whole CI beyond the pair's noise
+    threshold) whose slow-down, point estimate, exceeds `threshold` (0.05 = 5 %)."""
     t = c.time
     return t[(t.mark == "slower") & (1 / t.ratio - 1 > threshold)]

@@ -1,6 +1,7 @@
 """`python -m harness compare BASE CAND`: is CAND faster than BASE, case by case, and is it real?
 
-    --fail-on-regression 5%   exit 1 when a pair is significantly slower by more than 5 %
+    --fail-on-regression 5%   exit 1 when a pair is marked slower (the noise rule) by more than 5 %
+    --noise-floor 3%          use this between-run floor instead of the learned/default one
     --allow-incomparable      compare runs from different GPUs/drivers/clock limits (flagged)
     --format table|json|md
 
@@ -28,22 +29,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fail-on-regression", metavar="PCT", default=None,
                    help="exit 1 when any pair is significantly slower by more than PCT "
                         "(e.g. 5%%)")
+    p.add_argument("--noise-floor", metavar="PCT", default=None,
+                   help="between-run noise floor (e.g. 3%%); default: learned from A/A runs in "
+                        "the store, else 5%% on a GPU and 25%% on the CPU")
     p.add_argument("--allow-incomparable", action="store_true",
                    help="compare runs whose GPU, driver, clock limits or device differ "
                         "(the output says so loudly)")
     p.add_argument("--format", choices=("table", "json", "md"), default="table")
 
 
-def parse_pct(text: str) -> float:
+def parse_pct(text: str, flag: str = "--fail-on-regression") -> float:
     """'5%' or '5' -> 0.05 (percent)."""
     t = str(text).strip().removesuffix("%").strip()
     try:
         v = float(t)
     except ValueError:
-        raise HarnessError(f"--fail-on-regression: expected a percentage like 5% , got "
-                           f"{text!r}") from None
+        raise HarnessError(f"{flag}: expected a percentage like 5% , got {text!r}") from None
     if not 0 <= v < 1000 or math.isnan(v):
-        raise HarnessError(f"--fail-on-regression: {text!r} is not a percentage in [0, 1000)")
+        raise HarnessError(f"{flag}: {text!r} is not a percentage in [0, 1000)")
     return v / 100
 
 
@@ -101,11 +104,16 @@ def to_markdown(c, heading: str = "##") -> str:
               "| " + " | ".join(cols) + " |",
               "|" + "|".join(["---", "---:", "---:", "---", "---"]) + "|"]
     lines += ["| " + " | ".join(_cell(x) for x in r) + " |" for r in body]
-    lines += ["", "</details>", "",
-              "time: ratio of medians base/candidate; faster/slower need Mann-Whitney U "
-              "p < 0.01 and the whole 95% bootstrap CI beyond ±2%; same: the CI lies within "
-              "±2%; ambiguous otherwise."]
+    lines += ["", "</details>", "", legend(c)]
     return "\n".join(lines) + "\n"
+
+
+def legend(c) -> str:
+    floor = c.floor.text if c.floor is not None else "floor 2%"
+    return ("time: ratio of medians base/candidate; faster/slower need Mann-Whitney U p < 0.01 "
+            "and the whole 95% bootstrap CI beyond ±threshold; same: the CI lies within "
+            "±threshold; ambiguous otherwise. A pair's threshold is the larger of the "
+            f"between-run noise floor and 2x its relative IQR/sqrt(n); here the {floor}.")
 
 
 def to_json(c) -> dict:
@@ -114,7 +122,8 @@ def to_json(c) -> dict:
 
     return {"base_run": c.base_run, "cand_run": c.cand_run, "problems": c.problems,
             "incomparable": bool(c.problems), "cpu": c.cpu, "notes": c.notes,
-            "headline": c.headline, "time": clean(c.time), "metrics": clean(c.metrics)}
+            "headline": c.headline, "time": clean(c.time), "metrics": clean(c.metrics),
+            "noise_floor": c.floor.as_dict() if c.floor is not None else None}
 
 
 def print_table(c, console) -> None:
@@ -145,9 +154,10 @@ def main(args, console) -> int:
     from harness.analysis.compare import compare_runs, regressions
 
     threshold = parse_pct(args.fail_on_regression) if args.fail_on_regression else None
+    floor = parse_pct(args.noise_floor, "--noise-floor") if args.noise_floor else None
     base = store.resolve_run(args.base, args.store)
     cand = store.resolve_run(args.cand, args.store)
-    c = compare_runs(base, cand, allow_incomparable=args.allow_incomparable)
+    c = compare_runs(base, cand, allow_incomparable=args.allow_incomparable, noise=floor)
     if args.format == "json":
         print(json.dumps(to_json(c), indent=2))
     elif args.format == "md":
@@ -159,7 +169,8 @@ def main(args, console) -> int:
         if len(bad):
             lines = [f"regression: {r.key}: {r.text}" for r in bad.itertuples()]
             lines.append(f"{len(bad)} pair(s) significantly slower by more than "
-                         f"{threshold * 100:g}% (--fail-on-regression {args.fail_on_regression})")
+                         f"{threshold * 100:g}% (--fail-on-regression {args.fail_on_regression}; "
+                         f"noise {c.floor.text})")
             # table: with the table; json/md: on stderr, so stdout stays machine-readable
             out = console if args.format == "table" else Console(stderr=True, highlight=False)
             for line in lines:

@@ -1,0 +1,213 @@
+"""How big must a change be before the harness calls it real? The noise threshold of a pair.
+
+Within-run sample noise is small next to run-to-run drift (clocks, placement, the allocator, the
+other tenants of a shared GPU): two back-to-back runs of unchanged code differ by a few percent,
+with a Mann-Whitney p far below 0.01. So a pair of cases is marked faster/slower only when its
+bootstrap CI lies entirely beyond ±threshold, where
+
+    threshold = max(floor, pair MDE)
+    floor     = 99th percentile of |log ratio| over the A/A case pairs of this machine
+                (or a conservative default: GPU 5 %, CPU 25 %, until there are enough of them)
+    pair MDE  = 2 * sqrt((IQR_b/med_b)^2 / n_b + (IQR_c/med_c)^2 / n_c)   (the pair's own spread)
+
+A/A pairs are consecutive runs in the same store of the same spec (spec hash) and the same code
+on the same machine (GPU model or CPU host, driver, torch, triton). "Same code": per case, equal
+`code_hash` (and equal `config`) where results carry those columns; otherwise both runs at the
+same clean git commit. Case pairs that differ by more than the far-out fence (Q3 + 3 IQR of the
+|log ratios|) and by more than twice the default floor are real differences that happen without
+a code change (a torch.compile recompilation), not noise, and are left out; the text says so.
+
+Ratios and thresholds are fractions (0.05 = 5 %); a threshold t is symmetric in log space: the
+band is [1/(1+t), 1+t].
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from harness import store
+from harness.errors import HarnessError
+
+DEFAULT_FLOOR = {"cuda": 0.05, "cpu": 0.25}
+# a floor at the q-th percentile of A/A differences marks 1 - q of unchanged cases by
+# construction (the 95th: ~2 of 36 pairs per A/A comparison, the very complaint); the 99th
+# marks about 1 in 100, and needs some 50 case pairs before its estimate settles
+QUANTILE = 0.99
+MIN_AA_PAIRS = 2  # A/A run pairs needed before a learned floor is trusted
+MIN_AA_CASES = 50  # ... and case pairs (after outliers are left out)
+# machine fields that must agree for two runs' run-to-run noise to be the same noise
+MACHINE_KEYS = ("device", "gpu_name", "driver", "torch", "triton")
+
+
+@dataclass(frozen=True)
+class NoiseFloor:
+    """The between-run part of the noise threshold and where it came from."""
+    value: float  # fraction: 0.031 = 3.1 %
+    source: str  # learned | default | given
+    n_pairs: int = 0  # A/A run pairs it was learned from (or found, when too few)
+    n_cases: int = 0  # A/A case pairs used
+    n_outliers: int = 0  # case pairs left out as real differences
+    detail: str = ""  # why the default (e.g. "no A/A runs in runs/")
+
+    @property
+    def text(self) -> str:
+        """`floor 3.1% from 4 A/A pairs` / `default floor 5% (no A/A runs in runs/)`."""
+        if self.source == "learned":
+            s = (f"floor {self.value * 100:.1f}% from {self.n_pairs} A/A pair"
+                 f"{'s' if self.n_pairs != 1 else ''} ({self.n_cases} cases")
+            return s + (f", {self.n_outliers} outliers left out)" if self.n_outliers else ")")
+        if self.source == "given":
+            return f"floor {self.value * 100:g}% (given)"
+        return f"default floor {self.value * 100:g}%" + (f" ({self.detail})" if self.detail
+                                                        else "")
+
+    def as_dict(self) -> dict:
+        return {"value": self.value, "source": self.source, "n_pairs": self.n_pairs,
+                "n_cases": self.n_cases, "n_outliers": self.n_outliers, "text": self.text}
+
+
+def default_floor(device: str | None) -> float:
+    return DEFAULT_FLOOR["cuda" if device == "cuda" else "cpu"]
+
+
+def machine_key(env: dict) -> tuple:
+    """What makes two runs' noise the same noise; a CPU run's machine is also its host."""
+    env = env or {}
+    key = tuple(env.get(k) for k in MACHINE_KEYS)
+    return key + ((env.get("hostname"), env.get("cpu")) if env.get("device") != "cuda" else ())
+
+
+def pair_mde(base: np.ndarray, cand: np.ndarray) -> float:
+    """The smallest relative change this pair's own spread can resolve (fraction):
+    2 * sqrt((IQR_b/med_b)^2/n_b + (IQR_c/med_c)^2/n_c)."""
+    def rel_var(x: np.ndarray) -> float:
+        med = float(np.median(x))
+        if not len(x) or med <= 0:
+            return math.inf
+        q1, q3 = np.percentile(x, [25, 75])
+        return ((q3 - q1) / med) ** 2 / len(x)
+
+    return 2 * math.sqrt(rel_var(np.asarray(base, float)) + rel_var(np.asarray(cand, float)))
+
+
+def threshold(floor: float, base: np.ndarray, cand: np.ndarray) -> float:
+    return max(floor, pair_mde(base, cand))
+
+
+# -- A/A pairs in a store -------------------------------------------------------------------------
+
+def _code_identity(m: dict) -> str | None:
+    """The manifest's git state when it pins the code: a clean commit; None otherwise."""
+    env = m.get("env") or {}
+    return env["git_sha"] if env.get("git_sha") and env.get("git_dirty") is False else None
+
+
+def _usable(m: dict) -> bool:
+    return store.effective_status(m) in ("complete", "partial") and bool(m.get("spec_hash"))
+
+
+def aa_run_pairs(roots, env: dict) -> list[tuple[Path, Path]]:
+    """Consecutive runs (oldest first) of one spec on the machine of `env`, under the roots,
+    whose code may be the same: same spec hash and same clean commit, or (results with
+    `code_hash`) same spec hash, decided per case by `aa_log_ratios`."""
+    want = machine_key(env)
+    groups: dict[tuple, list[Path]] = {}
+    for row in store.list_runs(*roots):
+        if row.get("error"):
+            continue
+        try:
+            m = store.load_manifest(row["path"])
+        except HarnessError:
+            continue
+        if not _usable(m) or machine_key(m.get("env") or {}) != want:
+            continue
+        has_code_hash = "code_hash" in _result_columns(row["path"])
+        code = "code_hash" if has_code_hash else _code_identity(m)
+        if code is None:
+            continue
+        groups.setdefault((m["spec_hash"], code), []).append(Path(row["path"]))
+    return [(a, b) for runs in groups.values() for a, b in zip(runs, runs[1:])]
+
+
+def _result_columns(run_dir) -> list[str]:
+    import pyarrow.parquet as pq
+
+    path = Path(run_dir) / "results.parquet"
+    try:
+        return list(pq.read_schema(path).names) if path.exists() else []
+    except Exception:  # an unreadable table: not an A/A candidate (load_results says why)
+        return []
+
+
+def _ok_medians(run_dir: Path) -> pd.DataFrame:
+    cases = store.load_cases(run_dir)[["case_id", "status"]]
+    res = store.load_results(run_dir)
+    df = cases.merge(res, on="case_id", how="inner")
+    df = df[(df.status == "ok") & pd.to_numeric(df.median_ms, errors="coerce").gt(0)]
+    return df.set_index("case_id")
+
+
+def aa_log_ratios(a: Path, b: Path) -> np.ndarray:
+    """|log(median_a / median_b)| over the cases of an A/A run pair that ran the same code."""
+    ra, rb = _ok_medians(a), _ok_medians(b)
+    common = ra.index.intersection(rb.index)
+    if "code_hash" in ra.columns and "code_hash" in rb.columns:
+        same = [c for c in common if isinstance(ra.at[c, "code_hash"], str)
+                and ra.at[c, "code_hash"] == rb.at[c, "code_hash"]
+                and _same_config(ra.at[c, "config"] if "config" in ra else None,
+                                 rb.at[c, "config"] if "config" in rb else None)]
+        common = pd.Index(same)
+    x = ra.loc[common, "median_ms"].astype(float) / rb.loc[common, "median_ms"].astype(float)
+    return np.abs(np.log(x.to_numpy(dtype=float)))
+
+
+def _same_config(a, b) -> bool:
+    missing = [v is None or (isinstance(v, float) and math.isnan(v)) for v in (a, b)]
+    return all(missing) or (not any(missing) and str(a) == str(b))
+
+
+def learn_floor(roots, env: dict, *, quantile: float = QUANTILE) -> NoiseFloor:
+    """The floor for runs on the machine of `env`, learned from the A/A pairs under the roots;
+    the device's default floor while there are fewer than MIN_AA_PAIRS pairs or MIN_AA_CASES
+    case pairs."""
+    roots = [Path(r) for r in dict.fromkeys(str(r) for r in roots)]
+    device = (env or {}).get("device")
+    default = default_floor(device)
+    where = ", ".join(f"{r}/" for r in roots) or "the store"
+    pairs = aa_run_pairs(roots, env)
+    if not pairs:
+        return NoiseFloor(default, "default", detail=f"no A/A runs in {where}")
+    ratios = np.concatenate([aa_log_ratios(a, b) for a, b in pairs])
+    ratios = ratios[np.isfinite(ratios)]
+    kept, out = _without_outliers(ratios, default)
+    if len(pairs) < MIN_AA_PAIRS or len(kept) < MIN_AA_CASES:
+        return NoiseFloor(default, "default", len(pairs), len(kept), out,
+                          detail=f"{len(pairs)} A/A pair{'s' if len(pairs) != 1 else ''} with "
+                                 f"{len(kept)} cases in {where}; needs {MIN_AA_PAIRS} pairs "
+                                 f"and {MIN_AA_CASES} cases")
+    value = float(np.expm1(np.quantile(kept, quantile)))
+    return NoiseFloor(value, "learned", len(pairs), len(kept), out)
+
+
+def _without_outliers(x: np.ndarray, default: float) -> tuple[np.ndarray, int]:
+    """Drop |log ratios| beyond both the far-out fence and twice the default floor."""
+    if len(x) < 4:
+        return x, 0
+    q1, q3 = np.quantile(x, [0.25, 0.75])
+    cut = max(q3 + 3 * (q3 - q1), math.log1p(2 * default))
+    keep = x <= cut
+    return x[keep], int((~keep).sum())
+
+
+def floor_for(*run_dirs, floor: float | None = None) -> NoiseFloor:
+    """The floor for comparing these runs: `floor` when given, else learned from the A/A pairs
+    in their stores on the machine of the last run."""
+    if floor is not None:
+        return NoiseFloor(float(floor), "given")
+    dirs = [Path(d) for d in run_dirs]
+    env = store.load_manifest(dirs[-1]).get("env") or {}
+    return learn_floor([d.parent for d in dirs], env)

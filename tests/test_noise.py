@@ -1,0 +1,173 @@
+"""The noise rule: a pair is faster/slower only beyond max(between-run floor, its own spread).
+
+Synthetic runs (tests/run_factory.py) whose answer is known: an A/A pair with a 3 % run-level
+offset (below the default GPU floor) is never marked; a 10 % shift is, with its p and CI; the
+floor is learned from the A/A runs already in the store; `--fail-on-regression` follows the
+same rule.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from run_factory import CPU_ENV, GPU_ENV, case_id, samples, write_run
+
+from harness import cli, store
+from harness.analysis import noise
+from harness.analysis.compare import compare_runs, compare_samples
+
+SHAPES = [256, 512, 1024, 2048, 4096, 8192]
+IMPLS = ["torch", "triton"]
+
+
+def medians(scale: float = 1.0, jitter: float = 0.0, seed: int = 0) -> dict[str, float]:
+    """12 cases; each case's median * scale * (1 + N(0, jitter)) (run-to-run drift)."""
+    rng = np.random.default_rng(seed)
+    return {f"{impl}/{n}": n / 1000 * scale * (1 + rng.normal(0, jitter))
+            for impl in IMPLS for n in SHAPES}
+
+
+def aa_store(root, *, runs: int = 3, jitter: float = 0.01, env=None, first_minute: int = 0):
+    """`runs` A/A runs (same spec hash, same clean commit) with per-case drift `jitter`."""
+    return [write_run(root, minutes=first_minute + 10 * k, medians=medians(jitter=jitter, seed=k),
+                      env=env, seed=k) for k in range(runs)]
+
+
+# -- the rule on two runs -------------------------------------------------------------------------
+
+def test_aa_pair_with_a_3pct_run_offset_is_never_marked(tmp_path):
+    """Tight samples: the MWU p is tiny for every case, but 3 % is inside the 5 % GPU floor."""
+    a = write_run(tmp_path, minutes=0, medians=medians(), seed=1)
+    b = write_run(tmp_path, minutes=5, medians=medians(scale=1.03), seed=2, spec_hash="other")
+    c = compare_runs(a, b)
+    assert (c.time.p_value < 0.001).all()  # what MWU alone would have cried wolf on
+    assert set(c.time.mark) == {"same"}, c.time[["key", "mark", "text"]]
+    assert c.floor.source == "default" and c.floor.value == 0.05
+    assert c.floor.text.startswith("default floor 5% (no A/A runs in")
+    assert any(n.startswith("noise threshold: default floor 5%") for n in c.notes)
+    assert (c.time.threshold >= 0.05).all()
+    assert c.time.text.iloc[0].startswith("same (within 5%")
+
+
+def test_a_10pct_shift_is_marked_with_p_and_ci(tmp_path):
+    a = write_run(tmp_path, minutes=0, medians=medians(), seed=1)
+    slow = {k: v * (1.10 if k == "triton/1024" else 1.0) for k, v in medians().items()}
+    b = write_run(tmp_path, minutes=5, medians=slow, seed=2, spec_hash="other")
+    t = compare_runs(a, b).time.set_index("cand_case_id")
+    row = t.loc[case_id("triton", 1024)]
+    assert row.mark == "slower"
+    assert row.p_value < 0.001 and row.ci_high < 1 / 1.05
+    assert row.text.startswith("1.10x slower (significant, p<0.001, CI 1.")
+    lo, hi = (float(x) for x in row.text.split("CI ")[1].rstrip(")").split("–"))
+    assert lo <= 1.10 <= hi and lo > 1.05
+    assert set(t.drop(index=case_id("triton", 1024)).mark) == {"same"}
+
+
+def test_a_pair_own_spread_raises_its_threshold():
+    """20 noisy samples a side: a 10 % shift is within what that spread can resolve."""
+    base, cand = samples(1.0, n=20, rel_sd=0.2, seed=1), samples(1.1, n=20, rel_sd=0.2, seed=2)
+    band = noise.threshold(0.05, base, cand)
+    assert band == pytest.approx(noise.pair_mde(base, cand)) and band > 0.10
+    assert compare_samples(base, cand, noise=band).mark not in ("faster", "slower")
+    tight = samples(1.0, n=500, seed=3)
+    assert noise.threshold(0.05, tight, tight) == 0.05
+
+
+def test_band_is_symmetric_in_log_space():
+    base = samples(1.0, n=400, rel_sd=0.002, seed=1)
+    assert compare_samples(base, base / 1.045, noise=0.05).mark == "same"
+    assert compare_samples(base, base * 1.045, noise=0.05).mark == "same"
+    assert compare_samples(base, base * 1.06, noise=0.05).mark == "slower"
+    assert compare_samples(base, base / 1.06, noise=0.05).mark == "faster"
+
+
+# -- the floor learned from A/A runs --------------------------------------------------------------
+
+def test_floor_learned_from_stored_aa_runs(tmp_path):
+    runs = aa_store(tmp_path, runs=6, jitter=0.005)
+    f = noise.learn_floor([tmp_path], GPU_ENV)
+    assert f.source == "learned" and (f.n_pairs, f.n_cases) == (5, 60)
+    ratios = np.concatenate([noise.aa_log_ratios(a, b) for a, b in zip(runs, runs[1:])])
+    assert f.value == pytest.approx(np.expm1(np.quantile(ratios, 0.99)))
+    assert 0.005 < f.value < 0.03
+    assert f.text == f"floor {f.value * 100:.1f}% from 5 A/A pairs (60 cases)"
+    # a 3 % shift: inside the 5 % default, beyond the learned floor -> now a real change
+    a = write_run(tmp_path, minutes=100, medians=medians(), seed=7, spec_hash="exp-b")
+    b = write_run(tmp_path, minutes=105, medians=medians(scale=1.03), seed=8, spec_hash="exp-c")
+    c = compare_runs(a, b)
+    assert c.floor == f
+    assert set(c.time.mark) == {"slower"}
+    assert any(n.startswith(f"noise threshold: {f.text}") for n in c.notes)
+
+
+def test_what_is_not_an_aa_pair(tmp_path):
+    aa_store(tmp_path, runs=2, jitter=0.01)  # one A/A pair: too few to trust
+    f = noise.learn_floor([tmp_path], GPU_ENV)
+    assert f.source == "default" and f.n_pairs == 1
+    assert f.text.endswith("1 A/A pair with 12 cases in " + str(tmp_path) + "/; needs 2 pairs "
+                           "and 50 cases)")
+    # a dirty tree, another GPU, another spec, an interrupted run: none of them pair up
+    write_run(tmp_path, minutes=30, medians=medians(), env={**GPU_ENV, "git_dirty": True})
+    write_run(tmp_path, minutes=31, medians=medians(), env={**GPU_ENV, "gpu_name": "NVIDIA B200"})
+    write_run(tmp_path, minutes=32, medians=medians(), spec_hash="spec-b")
+    write_run(tmp_path, minutes=33, medians=medians(), status="interrupted")
+    assert len(noise.aa_run_pairs([tmp_path], GPU_ENV)) == 1
+    # another commit only pairs with itself
+    other = {**GPU_ENV, "git_sha": "bd53cde64d58"}
+    write_run(tmp_path, minutes=40, medians=medians(), env=other)
+    write_run(tmp_path, minutes=41, medians=medians(), env=other)
+    assert len(noise.aa_run_pairs([tmp_path], GPU_ENV)) == 2
+
+
+def test_code_hash_decides_per_case_when_results_carry_it(tmp_path):
+    """Runs at different commits still pair on the cases whose code (and config) is the same."""
+    def extra(triton_hash, cfg):
+        return {case_id(i, n): {"code_hash": triton_hash if i == "triton" else "h-torch",
+                                "config": json.dumps(cfg) if i == "triton" else None}
+                for i in IMPLS for n in SHAPES}
+
+    a = write_run(tmp_path, minutes=0, medians=medians(), extra=extra("h1", {"BLOCK": 64}))
+    b = write_run(tmp_path, minutes=1, medians=medians(scale=1.5), seed=1,
+                  env={**GPU_ENV, "git_sha": "another", "git_dirty": True},
+                  extra=extra("h2", {"BLOCK": 64}))
+    c = write_run(tmp_path, minutes=2, medians=medians(scale=1.5), seed=2,
+                  extra=extra("h2", {"BLOCK": 128}))
+    assert noise.aa_run_pairs([tmp_path], GPU_ENV) == [(a, b), (b, c)]
+    assert len(noise.aa_log_ratios(a, b)) == 6  # torch only: triton's code changed
+    assert len(noise.aa_log_ratios(b, c)) == 6  # torch only: triton's config changed
+
+
+def test_outliers_are_left_out_and_cpu_has_its_own_default(tmp_path):
+    runs = aa_store(tmp_path, runs=6, jitter=0.005)
+    res = store.load_results(runs[2])
+    res.loc[0, "median_ms"] *= 5  # a recompilation-like 5x jump between "identical" runs
+    store.write_table(runs[2], "results", res)
+    f = noise.learn_floor([tmp_path], GPU_ENV)
+    assert f.n_outliers == 2 and f.n_cases == 58 and f.value < 0.05  # both pairs of runs[2]
+    assert f.text == f"floor {f.value * 100:.1f}% from 5 A/A pairs (58 cases, 2 outliers left out)"
+    cpu = noise.learn_floor([tmp_path], CPU_ENV)
+    assert (cpu.source, cpu.value) == ("default", 0.25)
+
+
+# -- the verb -------------------------------------------------------------------------------------
+
+def test_fail_on_regression_uses_the_same_rule(tmp_path, capsys):
+    write_run(tmp_path, minutes=0, medians=medians(), seed=1, name="aa")
+    write_run(tmp_path, minutes=5, medians=medians(scale=1.03), seed=2, name="aa",
+              spec_hash="other")
+    base, cand = (r["run_id"] for r in store.list_runs(tmp_path))
+    argv = ["compare", base, cand, "--store", str(tmp_path), "--fail-on-regression", "1%"]
+    assert cli.main(argv) == 0  # 3 % slower everywhere, but within the 5 % floor: no regression
+    out = capsys.readouterr().out
+    assert "12 pairs: 12 same" in out and "default floor 5%" in out
+    assert cli.main(argv + ["--noise-floor", "2%"]) == 1  # a 2 % floor: 3 % is beyond it
+    out = capsys.readouterr().out
+    assert "12 pair(s) significantly slower by more than 1%" in out
+    assert "noise floor 2% (given)" in out
+    assert cli.main(argv + ["--noise-floor", "lots"]) == 2
+    assert "--noise-floor: expected a percentage" in capsys.readouterr().err
+    assert cli.main(["compare", base, cand, "--store", str(tmp_path), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["noise_floor"]["source"] == "default" and data["noise_floor"]["value"] == 0.05
+    assert all(r["threshold"] >= 0.05 for r in data["time"])
