@@ -531,17 +531,23 @@ def _read_source(path: str) -> list[str] | None:
         return None
 
 
+def _stale(src: list[str], by_line: dict[int, dict]) -> bool:
+    """The file on disk no longer holds the profiled code: a sampled line's stored text differs."""
+    return any(str(r.get("text") or "").strip() and
+               src[n - 1].strip() != str(r["text"]).strip() for n, r in by_line.items())
+
+
 def source_listing(lines: pd.DataFrame, case_id: str, kernel: str, file: str,
                    context: int = 3) -> pd.DataFrame:
     """The file's lines around the sampled ones: line, share %, samples, top stalls, source.
-    With the file on disk the listing is contiguous (sampled range ± context); without it, only
-    the sampled lines (their text is stored with them)."""
+    With the file on disk the listing is contiguous (sampled range ± context); without it, or
+    when it changed since the capture, only the sampled lines (their text is stored with them)."""
     from harness.profilers.ncu_source import mix_text
 
     g = lines[(lines.case_id == case_id) & (lines.kernel == kernel) & (lines.file == file)]
     by_line = {int(r["line"]): r for r in g.to_dict("records")}
     src = _read_source(file)
-    if src and by_line and max(by_line) <= len(src):
+    if src and by_line and max(by_line) <= len(src) and not _stale(src, by_line):
         numbers = range(max(1, min(by_line) - context), min(len(src), max(by_line) + context) + 1)
     else:
         numbers, src = sorted(by_line), None

@@ -26,9 +26,26 @@ def _source_page(monkeypatch, root: Path, run: Path) -> AppTest:
     return at
 
 
+def _kernel_file_here(run: Path, tmp_path: Path) -> Path:
+    """Point the capture's flash_fwd.py (a path on the GPU box) at a file here holding the
+    profiled code: the sampled lines' stored text at their line numbers, comments between."""
+    import pandas as pd
+
+    path = run / "source_lines.parquet"
+    lines = pd.read_parquet(path)
+    own = lines.file.str.endswith("flash_fwd.py")
+    texts = dict(zip(lines[own].line, lines[own].text))
+    src = tmp_path / "flash_fwd.py"
+    src.write_text("\n".join(texts.get(n, f"# line {n}") for n in range(1, max(texts) + 11)))
+    lines.loc[own, "file"] = str(src)
+    lines.to_parquet(path, index=False)
+    return src
+
+
 def test_source_page_renders_heat(monkeypatch, tmp_path):
     root = tmp_path / "runs"
     run = import_path(FIX / "ncu_source" / "src_flash.ncu-rep", root)
+    _kernel_file_here(run, tmp_path)
     at = _source_page(monkeypatch, root, run)
     hot = at.dataframe[0].value
     assert list(hot["where"][:3]) == ["flash_fwd.py:55", "standard.py:263", "flash_fwd.py:99"]
@@ -69,3 +86,23 @@ def test_source_page_without_lines(monkeypatch, tmp_path):
     run = import_path(FIX / "ncu" / "sections_only_softmax.ncu-rep", root)
     at = _source_page(monkeypatch, root, run)
     assert "no source lines" in at.info[0].value
+
+
+def test_listing_ignores_a_file_changed_since_the_capture(tmp_path):
+    """Line numbers of an edited file point at other code: only the stored lines are shown."""
+    from harness.profilers.ncu_source import parse_report_lines
+
+    lines = parse_report_lines(FIX / "ncu_source" / "src_flash.ncu-rep")
+    own = lines.file.str.endswith("flash_fwd.py")
+    texts = dict(zip(lines[own].line, lines[own].text))
+    src = tmp_path / "flash_fwd.py"
+    src.write_text("\n".join(texts.get(n, f"# line {n}") for n in range(1, max(texts) + 11)))
+    lines.loc[own, "file"] = str(src)
+    case, kernel = data.source_kernels(lines)[0]
+    fresh = data.source_listing(lines, case, kernel, str(src))
+    assert len(fresh) > own.sum()  # contiguous: the file matches the capture
+    src.write_text("\n".join(["# a line inserted above the kernel"] +
+                             [texts.get(n, f"# line {n}") for n in range(1, max(texts) + 11)]))
+    stale = data.source_listing(lines, case, kernel, str(src))
+    assert list(stale.line) == sorted(texts)
+    assert "tl.exp2(qk)" in stale[stale.line == 99].source.iloc[0]
