@@ -288,3 +288,13 @@ def test_report_hot_lines_section(tmp_path):
     assert sum(l.startswith("| `") for l in block.splitlines()) == 5  # top 5 only
     html = (tmp_path / "rep" / "report.html").read_text()
     assert "Hot source lines" in html and "<code>e = tl.exp(x)</code>" in html
+
+
+def test_samples_without_line_info_make_no_rows():
+    """A library kernel (cuDNN, cuBLAS) has no line info: its samples land on (\"\", 0), which
+    points at nothing, so it gets no hot line (it used to show as `:0  100 %`)."""
+    lines = {("", 0): {"samples": 90.0, "mix": {"barrier": 90.0}},
+             ("/k/flash_fwd.py", 55): {"samples": 10.0, "mix": {"wait": 10.0}, "text": "x"}}
+    rows = S._rows("c", "k", lines, 100.0)
+    assert [(r["file"], r["line"], r["share"]) for r in rows] == [("/k/flash_fwd.py", 55, 0.1)]
+    assert S._rows("c", "cudnn_kernel", {("", 0): lines[("", 0)]}, 90.0) == []

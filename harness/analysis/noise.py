@@ -112,8 +112,8 @@ def _usable(m: dict) -> bool:
 
 def aa_run_pairs(roots, env: dict) -> list[tuple[Path, Path]]:
     """Consecutive runs (oldest first) of one spec on the machine of `env`, under the roots,
-    whose code may be the same: same spec hash and same clean commit, or (results with
-    `code_hash`) same spec hash, decided per case by `aa_log_ratios`."""
+    whose code may be the same: same spec hash and same clean commit, or (results carrying
+    `code_hash` values) same spec hash, decided per case by `aa_log_ratios`."""
     want = machine_key(env)
     groups: dict[tuple, list[Path]] = {}
     for row in store.list_runs(*roots):
@@ -125,22 +125,25 @@ def aa_run_pairs(roots, env: dict) -> list[tuple[Path, Path]]:
             continue
         if not _usable(m) or machine_key(m.get("env") or {}) != want:
             continue
-        has_code_hash = "code_hash" in _result_columns(row["path"])
-        code = "code_hash" if has_code_hash else _code_identity(m)
+        code = "code_hash" if _has_code_hashes(row["path"]) else _code_identity(m)
         if code is None:
             continue
         groups.setdefault((m["spec_hash"], code), []).append(Path(row["path"]))
     return [(a, b) for runs in groups.values() for a, b in zip(runs, runs[1:])]
 
 
-def _result_columns(run_dir) -> list[str]:
+def _has_code_hashes(run_dir) -> bool:
+    """Whether the run's results carry a code_hash for at least one case."""
     import pyarrow.parquet as pq
 
     path = Path(run_dir) / "results.parquet"
     try:
-        return list(pq.read_schema(path).names) if path.exists() else []
+        if not path.exists() or "code_hash" not in pq.read_schema(path).names:
+            return False
+        col = pq.read_table(path, columns=["code_hash"]).column("code_hash").to_pylist()
     except Exception:  # an unreadable table: not an A/A candidate (load_results says why)
-        return []
+        return False
+    return any(isinstance(v, str) and v for v in col)
 
 
 def _ok_medians(run_dir: Path) -> pd.DataFrame:
@@ -152,15 +155,29 @@ def _ok_medians(run_dir: Path) -> pd.DataFrame:
 
 
 def aa_log_ratios(a: Path, b: Path) -> np.ndarray:
-    """|log(median_a / median_b)| over the cases of an A/A run pair that ran the same code."""
+    """|log(median_a / median_b)| over the cases of an A/A run pair that ran the same code: a
+    case whose both runs stored a `code_hash` counts when the hashes (and launch configs) match;
+    one without counts when both runs were made from the same clean commit."""
     ra, rb = _ok_medians(a), _ok_medians(b)
-    common = ra.index.intersection(rb.index)
-    if "code_hash" in ra.columns and "code_hash" in rb.columns:
-        same = [c for c in common if isinstance(ra.at[c, "code_hash"], str)
-                and ra.at[c, "code_hash"] == rb.at[c, "code_hash"]
-                and _same_config(ra.at[c, "config"] if "config" in ra else None,
-                                 rb.at[c, "config"] if "config" in rb else None)]
-        common = pd.Index(same)
+    ga, gb = (_code_identity(store.load_manifest(d)) for d in (a, b))
+    same_commit = ga is not None and ga == gb
+
+    def hashed(r, c) -> str | None:
+        v = r.at[c, "code_hash"] if "code_hash" in r.columns else None
+        return v if isinstance(v, str) and v else None
+
+    def config(r, c):
+        return r.at[c, "config"] if "config" in r.columns else None
+
+    same = []
+    for c in ra.index.intersection(rb.index):
+        ha, hb = hashed(ra, c), hashed(rb, c)
+        if ha is not None and hb is not None:
+            if ha == hb and _same_config(config(ra, c), config(rb, c)):
+                same.append(c)
+        elif same_commit:
+            same.append(c)
+    common = pd.Index(same)
     x = ra.loc[common, "median_ms"].astype(float) / rb.loc[common, "median_ms"].astype(float)
     return np.abs(np.log(x.to_numpy(dtype=float)))
 

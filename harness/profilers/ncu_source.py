@@ -63,8 +63,8 @@ def _rows(case_id: str, kernel: str, lines: dict[tuple[str, int], dict], total: 
     """Rows of one kernel from {(file, line): {"samples", "mix", "text"}}."""
     out = []
     for (path, line), d in lines.items():
-        if d["samples"] <= 0:
-            continue
+        if d["samples"] <= 0 or not path or int(line) <= 0:
+            continue  # no line info (a library kernel without -lineinfo): nothing to point at
         text = d.get("text")
         if text is None and texts is not None:
             src = texts.get(path)
