@@ -1,10 +1,11 @@
 """Provenance of a case: which code ran (`code_hash`) and what it compiled to (`compiled`).
 
-code_hash   12 hex chars of sha256 over the impl function's module source and the source of
+code_hash   12 hex chars of sha256 over the impl function's module source, the source of
             every Triton kernel reachable from it: the `triton.jit` functions (also behind
             `triton.autotune` / `triton.heuristics` wrappers: `.fn`) referenced in that module
-            and, transitively, in the modules of the same top-level package it uses. General:
-            no per-kernel table. Names of modules do not enter the hash, only sources.
+            and, transitively, in the modules of the same top-level package it uses, and the
+            whole source of each such kernel's module (its launch-config lists, host helpers).
+            General: no per-kernel table. Names of modules do not enter the hash, only sources.
 compiled    GPU only: one extra call of the impl with Triton's launch_enter_hook set records the
             launched kernel handles; they are matched to the CompiledKernel objects in the
             kernel caches of those reachable JITFunctions and described as
@@ -96,8 +97,17 @@ def code_hash(fn: Callable) -> str:
             h.update(module.__name__.encode())
     else:
         h.update(_source(fn).encode())
+    seen = {module.__name__} if module is not None else set()
     for name, _, inner in kernels:
         h.update(b"\0" + name.encode() + b"\0" + _source(inner).encode())
+        py = getattr(inner, "fn", inner)  # the kernel's own file: its launch configs, helpers
+        home = sys.modules.get(getattr(py, "__module__", None) or "")
+        if home is not None and home.__name__ not in seen:
+            seen.add(home.__name__)
+            try:
+                h.update(b"\0" + inspect.getsource(home).encode())
+            except (OSError, TypeError):
+                pass
     return h.hexdigest()[:12]
 
 

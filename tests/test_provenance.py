@@ -28,6 +28,9 @@ def _double(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs, mask=offs < n)
     tl.store(y_ptr + offs, x * {factor}, mask=offs < n)
+
+
+CONFIGS = {configs}  # launch configs beside the kernel: an edit here is a code change too
 '''
 IMPL = '''
 from . import kern
@@ -38,11 +41,11 @@ def impl(x):
 '''
 
 
-def _package(root: Path, name: str, factor: int):
+def _package(root: Path, name: str, factor: int, configs: str = "[(128, 4)]"):
     pkg = root / name
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "kern.py").write_text(KERNEL.format(factor=factor))
+    (pkg / "kern.py").write_text(KERNEL.format(factor=factor, configs=configs))
     (pkg / "impl.py").write_text(IMPL)
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
@@ -58,6 +61,8 @@ def test_code_hash_follows_the_kernel_source_and_nothing_else(tmp_path):
     assert provenance.code_hash(a.impl) == h
     assert provenance.code_hash(same.impl) == h
     assert provenance.code_hash(changed.impl) != h
+    retuned = _package(tmp_path, "prov_retuned", 2, configs="[(64, 4)]")  # kernel unchanged
+    assert provenance.code_hash(retuned.impl) != h
     _, kernels = provenance.reachable(a.impl)
     assert [k[0] for k in kernels] == ["_double"]  # found through the imported module
 

@@ -136,9 +136,9 @@ def test_block_on_two_cpu_runs_with_one_case_10pct_slower(tmp_path):
     ch = s.changes[0]
     assert ch.key == "triton M=64 N=1024 fp16" and ch.mark == "slower"
     assert re.fullmatch(r"1\.1\dx slower \(significant, p<0\.001, CI 1\.\d\d–1\.\d\d\)", ch.text)
-    assert ch.evidence == ["config fwd.BLOCK 64 → 128", "regs 32 → 40", "spills 0 → 2",
+    assert ch.evidence == ["config BLOCK 64 → 128", "regs 32 → 40", "spills 0 → 2",
                            "code changed"]
-    assert ch.line == f"{ch.key}: {ch.text}; config fwd.BLOCK 64 → 128; regs 32 → 40; " \
+    assert ch.line == f"{ch.key}: {ch.text}; config BLOCK 64 → 128; regs 32 → 40; " \
                       "spills 0 → 2; code changed"
     triton = next(i for i in s.impls if i.impl == "triton")
     assert triton.n == 3 and triton.geo_ratio == pytest.approx(1 / 1.1 ** (1 / 3), rel=0.01)
@@ -152,13 +152,13 @@ def test_block_on_two_cpu_runs_with_one_case_10pct_slower(tmp_path):
     assert md.startswith(f"## Since `{before.name}` (auto)\n")
     marks = ", ".join(f"{v} {k}" for k, v in triton.counts.items())
     assert f"| `triton` | 3 | 0.97x | {marks} |" in md
-    assert f"- triton M=64 N=1024 fp16: **{ch.text}**; config fwd.BLOCK 64 → 128;" in md
+    assert f"- triton M=64 N=1024 fp16: **{ch.text}**; config BLOCK 64 → 128;" in md
     html = since_html(s)
     assert html.startswith(f"<h2>Since <code>{before.name}</code> (auto)</h2>")
     assert f"<strong>{escape(ch.text)}</strong>" in html and "p&lt;0.001" in html
     out = io.StringIO()
     print_since(s, Console(file=out, width=300, color_system=None))
-    assert f"triton M=64 N=1024 fp16: {ch.text}; config fwd.BLOCK 64 → 128" in out.getvalue()
+    assert f"triton M=64 N=1024 fp16: {ch.text}; config BLOCK 64 → 128" in out.getvalue()
     js = since_json(s)
     assert js["changes"][0]["evidence"] == ch.evidence and js["lines"] == lines
     json.dumps(js)  # plain JSON types only
@@ -189,7 +189,13 @@ def test_compiled_and_config_records_as_the_worker_writes_them():
     assert compiled_diff(json.dumps([k]), json.dumps(two))[0] == "compiled kernels 1 → 2"
     a = json.dumps({"fwd": {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}})
     b = json.dumps({"fwd": {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2}})
-    assert config_diff(a, b) == "config fwd.BLOCK_N 64 → 128, fwd.num_stages 3 → 2"
+    assert config_diff(a, b) == "config BLOCK_N 64 → 128, num_stages 3 → 2"
+    c = json.dumps({"fwd": {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}})
+    assert config_diff(a, c) == ("config (BLOCK_M, BLOCK_N, num_warps, num_stages) "
+                                 "(128, 64, 8, 3) → (64, 32, 4, 2)")
+    two = json.dumps({"attention.dkdv": {"BLOCK": 64}, "attention.dq": {"BLOCK": 32}})
+    two2 = json.dumps({"attention.dkdv": {"BLOCK": 64}, "attention.dq": {"BLOCK": 64}})
+    assert config_diff(two, two2) == "config dq.BLOCK 32 → 64"
     assert config_diff(a, a) is None and config_diff(a, None) is None
 
 

@@ -196,16 +196,38 @@ def _flat(d: dict, prefix: str = "") -> dict:
 
 
 def config_diff(a, b) -> str | None:
-    """`config fwd.BLOCK_N 64 → 128, fwd.num_stages 3 → 2` (None when unknown on a side or
-    equal). Configs are the results' JSON {tuner: {field: value}}."""
+    """What changed in the launch configs (None when unknown on a side or equal). Configs are
+    the results' JSON {tuner: {field: value}}; per tuner, one or two changed fields are named
+    (`config BLOCK_N 64 → 128, num_stages 3 → 2`), more as whole tuples
+    (`config (BLOCK_M, BLOCK_N, num_warps, num_stages) (128, 64, 8, 3) → (64, 32, 4, 2)`); the
+    tuner's short name leads when the case has several (`dq.num_stages 2 → 3`)."""
     a, b = _record(a), _record(b)
     if a is None or b is None or a == b:
         return None
-    if isinstance(a, dict) and isinstance(b, dict):
-        a, b = _flat(a), _flat(b)
-        keys = [k for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
-        return "config " + ", ".join(f"{k} {a.get(k, '-')} → {b.get(k, '-')}" for k in keys)
-    return f"config {a} → {b}"
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+        return f"config {a} → {b}"
+    if not all(isinstance(v, dict) for v in (*a.values(), *b.values())):
+        a, b = {"": a}, {"": b}
+    tuners = list(dict.fromkeys([*a, *b]))
+    parts = []
+    for t in tuners:
+        x, y = a.get(t) or {}, b.get(t) or {}
+        fields = list(dict.fromkeys([*x, *y]))
+        moved = [f for f in fields if x.get(f) != y.get(f)]
+        if not moved:
+            continue
+        lead = f"{t.rsplit('.', 1)[-1]}." if len(tuners) > 1 and t else ""
+        if len(moved) <= 2:
+            parts += [f"{lead}{f} {_v(x.get(f))} → {_v(y.get(f))}" for f in moved]
+        else:
+            def tup(d):
+                return "(" + ", ".join(_v(d.get(f)) for f in fields) + ")"
+            parts.append(f"{lead}({', '.join(fields)}) {tup(x)} → {tup(y)}")
+    return "config " + ", ".join(parts) if parts else None
+
+
+def _v(v) -> str:
+    return "-" if v is None else str(v)
 
 
 def _kernels(v) -> list[dict] | None:
