@@ -114,8 +114,10 @@ def _list_runs(root: str, console: Console) -> None:
     runs = store.list_runs(root)
     if not runs:
         return
-    t = Table(title=f"runs in {root}/ (newest {min(LIST_RUNS, len(runs))} of {len(runs)})",
-              header_style="bold")
+    # the heading on its own line: as a table title it would wrap at the table's width
+    console.print(f"runs in {root}/ (newest {min(LIST_RUNS, len(runs))} of {len(runs)})",
+                  style="bold", soft_wrap=True, markup=False)
+    t = Table(header_style="bold")
     for c in ("run id", "experiment", "device", "status", "created (UTC)"):
         t.add_column(c)
     for r in reversed(runs[-LIST_RUNS:]):

@@ -170,10 +170,11 @@ def test_report_out_is_the_report_folder_and_store_the_store():
 
 
 def test_list_shows_the_newest_runs_of_the_store(tmp_path):
-    p = harness("run", "experiments/softmax.yaml", "--store", str(tmp_path / "s"), "--cases",
+    s = tmp_path / ("a-store-path-long-enough-to-be-wider-than-the-runs-table-" * 2)  # no wrap
+    p = harness("run", "experiments/softmax.yaml", "--store", str(s), "--cases",
                 "torch.*N=100*", check=True)
-    run = only_run(tmp_path / "s")
-    listed = harness("list", "--store", str(tmp_path / "s"), check=True).stdout
+    run = only_run(s)
+    listed = harness("list", "--store", str(s), check=True).stdout
     assert run.name in listed and "newest 1 of 1" in listed and "softmax" in listed
     assert "run stored at" in p.stdout
     assert "runs in" not in harness("list", "--store", str(tmp_path / "none"), check=True).stdout
