@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The loop's acceptance runs on one GPU (device, repo root, after `source .devcarry/env.sh`):
+#   benchmarks/loop_acceptance.sh OUT_DIR STEPS [DEADLINE_S]
+# STEPS, comma-separated, run in this order into one store OUT_DIR/store:
+#   flash     experiments/flash.yaml, whole (wall time and per-pass split)
+#   flash_aa  flash.yaml again at N=4096 (all impls): an A/A pair with the first
+#   worse     triton_flash's D=128 configs replaced by one small tile (a real code change), N=4096
+#             D=128 only: its since-last-run block shows the slowdown and the config/code diff;
+#             the kernel file is restored afterwards
+#   softmax   experiments/softmax.yaml twice: an A/A pair
+#   tune      experiments/tune/flash_fwd_configs.yaml, non-causal: 16 forced configs, the
+#             Tuner's pick and cuDNN
+#   bwd       experiments/flash_bwd.yaml, whole
+# Each step is cut at the time left before DEADLINE_S (default 570) so the whole call returns;
+# each run's output is OUT_DIR/<step>.log with its wall time appended. `compare` of each A/A pair
+# goes to OUT_DIR/<step>.compare.txt.
+set -uo pipefail
+out=$1; steps=$2; deadline=${3:-570}
+store="$out/store"
+mkdir -p "$out"
+left() { echo $(( deadline - SECONDS - 10 )); }
+run() {  # NAME LIMIT ARGS... -> the run dir on stdout (empty if none was stored)
+  local name=$1 limit=$2; shift 2
+  local l; l=$(left); (( limit > l )) && limit=$l
+  if (( limit < 20 )); then echo "$name: skipped, ${l}s left" >> "$out/steps.txt"; return; fi
+  local t0=$SECONDS
+  timeout "$limit" python3 -m harness run "$@" --store "$store" > "$out/$name.log" 2>&1
+  local rc=$?
+  echo "$name: exit $rc, wall $((SECONDS - t0)) s (limit $limit s)" | tee -a "$out/$name.log" >> "$out/steps.txt"
+  grep -o 'run stored at .*' "$out/$name.log" | tail -1 | sed 's/run stored at //'
+}
+aa() {  # NAME A B
+  [ -n "$2" ] && [ -n "$3" ] && python3 -m harness compare "$2" "$3" --store "$store" \
+    > "$out/$1.compare.txt" 2>&1
+}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu \
+  --format=csv > "$out/gpu.txt" 2>&1
+for step in ${steps//,/ }; do
+  case $step in
+    flash) f1=$(run flash 300 experiments/flash.yaml) ;;
+    flash_aa) f2=$(run flash_aa 120 experiments/flash.yaml --cases '*N=4096*')
+              aa flash_aa "${f1:-}" "${f2:-}" ;;
+    worse)
+      k=kernels/attention/flash_fwd.py
+      cp "$k" "$out/flash_fwd.py.orig"
+      python3 - "$k" <<'PY'
+import re, sys
+p = sys.argv[1]; s = open(p).read()
+s2 = re.sub(r"128: \[\(128, 64, 8, 3\)[^\]]*\]", "128: [(64, 32, 4, 2)]", s, count=1)
+assert s2 != s, "FWD_CONFIGS[128] not found"
+open(p, "w").write(s2)
+PY
+      run worse 90 experiments/flash.yaml --cases 'triton_flash.*N=4096.D=128*' > /dev/null
+      cp "$out/flash_fwd.py.orig" "$k" ;;
+    softmax) s1=$(run softmax_a 120 experiments/softmax.yaml)
+             s2=$(run softmax_b 120 experiments/softmax.yaml)
+             aa softmax_aa "${s1:-}" "${s2:-}" ;;
+    tune) run tune 150 experiments/tune/flash_fwd_configs.yaml --cases '*causal=false*' > /dev/null ;;
+    bwd) run bwd 400 experiments/flash_bwd.yaml > /dev/null ;;
+    *) echo "unknown step $step (flash, flash_aa, worse, softmax, tune, bwd)"; exit 2 ;;
+  esac
+done
+cat "$out/steps.txt"
