@@ -75,11 +75,12 @@ def git_info(cwd: str | Path | None = None) -> dict:
             return None
         return r.stdout.strip() if r.returncode == 0 else None
 
-    sha = git("rev-parse", "--short=12", "HEAD")
-    if sha is None and os.environ.get("HARNESS_GIT_SHA"):
-        # a copy of the checkout without .git (e.g. a remote GPU box): the sender says which
+    if os.environ.get("HARNESS_GIT_SHA"):
+        # a copy of the checkout shipped elsewhere (a remote GPU box): the sender says which
+        # commit it is; it wins over a .git there, which may be stale or someone else's
         return {"git_sha": os.environ["HARNESS_GIT_SHA"][:12],
                 "git_dirty": os.environ.get("HARNESS_GIT_DIRTY", "") == "1"}
+    sha = git("rev-parse", "--short=12", "HEAD")
     dirty = git("status", "--porcelain", "--untracked-files=no")
     return {"git_sha": sha, "git_dirty": bool(dirty) if dirty is not None else None}
 

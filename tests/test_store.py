@@ -82,3 +82,20 @@ def test_clear_parts(tmp_path):
     store.clear_parts(run, "ncu")
     store.clear_parts(run, "ncu")  # idempotent
     assert store.read_parts(run, "ncu") == []
+
+
+def test_git_info_prefers_the_commit_the_sender_names(tmp_path, monkeypatch):
+    """A checkout copied to a GPU box may carry a stale .git: HARNESS_GIT_SHA, when set, wins."""
+    import subprocess
+
+    from harness.env import git_info
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "-c", "user.email=a@b", "-c", "user.name=a",
+                    "commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    monkeypatch.delenv("HARNESS_GIT_SHA", raising=False)
+    own = git_info(tmp_path)
+    assert len(own["git_sha"]) == 12 and own["git_dirty"] is False
+    monkeypatch.setenv("HARNESS_GIT_SHA", "79007f0a48ca4a967d44")
+    monkeypatch.setenv("HARNESS_GIT_DIRTY", "0")
+    assert git_info(tmp_path) == {"git_sha": "79007f0a48ca", "git_dirty": False}

@@ -31,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(e.g. 5%%)")
     p.add_argument("--noise-floor", metavar="PCT", default=None,
                    help="between-run noise floor (e.g. 3%%); default: learned from A/A runs in "
-                        "the store, else 5%% on a GPU and 25%% on the CPU")
+                        "the store, else 7%% on a GPU and 25%% on the CPU")
     p.add_argument("--allow-incomparable", action="store_true",
                    help="compare runs whose GPU, driver, clock limits or device differ "
                         "(the output says so loudly)")
