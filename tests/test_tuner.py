@@ -139,8 +139,40 @@ def test_timed_picks_are_remembered_and_a_later_process_reuses_them(tmp_path):
     assert tuning.take_new_picks() == {}
     # a stored pick that is no longer among the candidates (the code changed) is timed again
     other = flash_like(CPUTuner)
-    assert other.pick(("fwd", 1), [CANDS[0], CANDS[2]], lambda c: None) in (CANDS[0], CANDS[2])
-    assert len(other.timed) == 2
+    assert other.pick(("fwd", 1), [CANDS[0], CANDS[2]], lambda c: None) == CANDS[0]  # a tie
+    assert set(other.timed) == {CANDS[0], CANDS[2]}
+
+
+class DriftingTuner(CPUTuner):
+    """The GPU warming up: every timing is `decay` faster than the one before it."""
+
+    def __init__(self, *a, decay=0.97, **kw):
+        super().__init__(*a, **kw)
+        self.decay, self.k = decay, 0
+
+    def measure(self, launch, cfg):
+        ms = super().measure(launch, cfg) * self.decay ** self.k
+        self.k += 1
+        return ms
+
+
+def test_finalists_are_timed_again_interleaved_so_drift_does_not_pick():
+    """The first config in the list is truly fastest by 3 %, but a clock ramp makes each timing
+    3 % faster than the last: one pass in list order picks the last; the rounds do not."""
+    ms = {CANDS[0]: 0.97, CANDS[1]: 1.0, CANDS[2]: 1.0}
+    t = flash_like(DriftingTuner, ms=ms)
+    assert t.pick("k", CANDS, lambda c: None) == CANDS[0]
+    first_pass, finals = t.timed[:3], t.timed[3:]
+    assert first_pass == CANDS and len(finals) == 9  # 3 finalists x 3 rounds
+    assert [finals[i * 3] for i in range(3)] != [finals[0]] * 3  # rotating order
+
+
+def test_far_slower_candidates_are_not_finalists_and_near_ties_keep_list_order():
+    t = flash_like(CPUTuner, ms={CANDS[0]: 1.005, CANDS[1]: 1.0, CANDS[2]: 2.0})
+    assert t.pick("k", CANDS, lambda c: None) == CANDS[0]  # within 1 %: the earlier one
+    assert t.timed.count(CANDS[2]) == 1  # 2x slower: timed once
+    t = flash_like(CPUTuner, ms={CANDS[0]: 1.05, CANDS[1]: 1.0, CANDS[2]: 2.0})
+    assert t.pick("k2", CANDS, lambda c: None) == CANDS[1]  # 5 % is a real difference
 
 
 def test_pick_files_merge_across_shards(tmp_path):
