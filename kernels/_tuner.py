@@ -228,9 +228,14 @@ class Tuner:
 
     def spin_up(self, launch: Callable[[Any], None], cfg) -> None:
         """Launch `cfg` (synchronously) for SPIN_UP_MS of wall time: an idle GPU's clocks are
-        low, and the first candidates timed would look slower than they are."""
+        low, and the first candidates timed would look slower than they are. Nothing to do
+        without a GPU."""
         import time
 
+        import torch
+
+        if not torch.cuda.is_available():
+            return
         end = time.perf_counter() + SPIN_UP_MS / 1000
         while True:
             launch(cfg)

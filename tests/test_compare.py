@@ -172,8 +172,8 @@ def test_compare_runs_pairs_marks_and_metric_deltas(tmp_path):
     line = [s for s in c.pair_lines() if s.startswith("triton")][0]
     assert line == ("triton M=64 N=1024 fp16: 1.18x faster (significant, p<0.001, "
                     "CI 1.18–1.18); "
-                    "achieved occupancy 12% -> 19%; registers 168 -> 128; "
-                    "top stall long_scoreboard -> math_pipe_throttle")
+                    "regs 168 → 128; occupancy 12% → 19%; "
+                    "top stall long_scoreboard → math_pipe_throttle")
 
 
 def test_failed_correctness_never_faster_and_missing_samples(tmp_path):

@@ -112,12 +112,12 @@ def test_against_embeds_the_comparison(tmp_path):
     md = rep.markdown()
     assert f"## Compared with base `{H200}` (candidate `{cand.name}`)" in md
     assert re.search(r"- triton M=8192 N=8192 fp16: 1\.20x faster \(significant, p<0\.001, "
-                     r"CI 1\.\d\d–1\.\d\d\); registers 48 -> 40", md)
+                     r"CI 1\.\d\d–1\.\d\d\); regs 48 → 40", md)
     assert "18 pairs: 6 faster" in md
     assert "<details><summary>all 18 pairs</summary>" in md
     assert md.index("## Compared with base") < md.index("## Headline")  # the top slot
     html = rep.html({})
-    assert "Compared with base" in html and "registers 48 -&gt; 40" in html
+    assert "Compared with base" in html and "regs 48 → 40" in html
     assert html.index("<h2>Compared with base") < html.index("<h2>Headline</h2>")
 
 

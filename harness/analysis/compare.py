@@ -67,7 +67,7 @@ COMPARED_METRICS = (
 METRIC_LABEL = {name: (label, fmt) for _, name, label, fmt, _, _ in COMPARED_METRICS}
 TIME_COLUMNS = ["key", "op", "impl", "params", "dtype", "base_case_id", "cand_case_id",
                 "base_ms", "cand_ms", "ratio", "ci_low", "ci_high", "p_value", "mark", "text",
-                "base_n", "cand_n", "base_correct", "cand_correct", "threshold"]
+                "base_n", "cand_n", "base_correct", "cand_correct", "threshold", "evidence"]
 METRIC_COLUMNS = ["key", "impl", "name", "base", "cand", "delta", "rel_delta"]
 
 
@@ -196,14 +196,10 @@ class Comparison:
     floor: object = None  # analysis.noise.NoiseFloor: the between-run part of the thresholds
 
     def pair_lines(self) -> list[str]:
-        """One sentence per pair: time verdict then the profiler metrics that moved."""
-        lines = []
-        for r in self.time.itertuples():
-            parts = [f"{r.key}: {r.text}"]
-            for m in self.metrics[self.metrics.key == r.key].itertuples():
-                parts.append(describe_metric(m.name, m.base, m.cand))
-            lines.append("; ".join(parts))
-        return lines
+        """One sentence per pair: time verdict then what changed (config, compiled kernel,
+        profiler metrics that moved, code)."""
+        return [f"{r.key}: {r.text}" + (f"; {r.evidence}" if r.evidence else "")
+                for r in self.time.itertuples()]
 
 
 def describe_metric(name: str, base, cand) -> str:
@@ -320,8 +316,13 @@ def compare_runs(base_dir, cand_dir, *, allow_incomparable: bool = False,
                        mark=mark, text=text, threshold=band)
         time_rows.append(row)
         metric_rows.extend(metric_deltas(key, r["impl"], rb, rc))
-    time = pd.DataFrame(time_rows, columns=TIME_COLUMNS)
     metrics = pd.DataFrame(metric_rows, columns=METRIC_COLUMNS)
+    from harness.analysis.since import evidence  # since builds on compare: import here
+
+    for row in time_rows:  # what explains the pair: config, compiled, metrics, code
+        row["evidence"] = "; ".join(evidence(row["key"], base_rows[row["base_case_id"]],
+                                             cand_rows[row["cand_case_id"]], metrics))
+    time = pd.DataFrame(time_rows, columns=TIME_COLUMNS)
     cpu = mb.get("device") != "cuda" or mc.get("device") != "cuda"
     notes = [noise_note(floor)]
     if cpu:

@@ -56,21 +56,14 @@ def _ms(x) -> str:
     return fmt_ms(x)
 
 
-def moved(c, key: str) -> str:
-    from harness.analysis.compare import describe_metric
-
-    m = c.metrics[c.metrics.key == key]
-    return "; ".join(describe_metric(r.name, r.base, r.cand) for r in m.itertuples()) or "-"
-
-
 def rows(c) -> tuple[list[str], list[list[str]]]:
     """Columns and rows of the comparison table (Markdown inline syntax in cells)."""
     out = []
     for r in c.time.itertuples():
         text = f"**{r.text}**" if r.mark in ("faster", "slower") else r.text
-        out.append([r.key, _ms(r.base_ms), _ms(r.cand_ms), text, moved(c, r.key)])
+        out.append([r.key, _ms(r.base_ms), _ms(r.cand_ms), text, r.evidence or "-"])
     return ["case", "base ms", "candidate ms", "time (candidate vs base)",
-            "profiler metrics that moved"], out
+            "what changed (config, compiled kernel, profiler, code)"], out
 
 
 def banner(c) -> str | None:

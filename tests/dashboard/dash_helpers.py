@@ -27,7 +27,7 @@ def gpu_example() -> Path:
     raise AssertionError(f"no GPU example run with ncu+nsys metrics under {data.EXAMPLES_ROOT}")
 
 
-def copy_run(src: Path, root: Path, *, minutes_later: int = 24 * 60,
+def copy_run(src: Path, root: Path, *, minutes_later: int = 7 * 24 * 60,
              faster_impl: str | None = None, env_changes: dict | None = None) -> Path:
     """A copy of `src` under `root` with a new run id (and optionally faster samples or a
     different env fingerprint)."""

@@ -107,7 +107,7 @@ def test_runs_page_lists_examples_beside_user_runs(monkeypatch, example_runs, fa
     assert source[faster_copy.name] == "user"
     assert {source[r.name] for r in example_runs} == {"example"}
     assert len(table) == len(example_runs) + 1 and not at.error
-    # newest first; the sidebar defaults to the newest readable run (the copy, a day later)
+    # newest first; the sidebar defaults to the newest readable run (the copy, a week later: newer than every example)
     assert table.run_id.iloc[0] == faster_copy.name
     assert at.session_state["run_a"] == str(faster_copy.resolve())
     assert "[example]" in " ".join(at.sidebar.selectbox(key="run_a").options)
@@ -202,7 +202,7 @@ def test_history_across_runs(monkeypatch, example_runs, example_run, faster_copy
     same_gpu = [r for r in example_runs if store.load_manifest(r)["env"].get("gpu_name") == gpu
                 and store.load_manifest(r)["experiment"]["op"] == "softmax"]
     xs = fig["layout"]["xaxis"]["categoryarray"]
-    assert len(xs) == len(same_gpu) + 1  # oldest first: the copy is a day later, last
+    assert len(xs) == len(same_gpu) + 1  # oldest first: the copy is a week later, last
     assert xs[-1].startswith("01234567")  # the copy's git sha
     assert {t["name"] for t in fig["data"]} <= set(store.load_cases(example_run).impl)
 
