@@ -20,8 +20,9 @@ one field. Valid values of a field: those in `configs` (the static candidate lis
   4. on the GPU: the candidates compiled concurrently (`precompile`), the clocks brought up
      (`spin_up`), then timed one by one with triton.testing.do_bench; a config that fails to
      compile or run is skipped. The finalists (within FINALIST_BAND of the fastest, at most
-     MAX_FINALISTS) are timed again, interleaved over FINAL_ROUNDS rounds in rotating order, and
-     the best geometric mean over those rounds wins; a finalist within TIE of it that comes earlier in the
+     MAX_FINALISTS) are timed again over about FINAL_ROUNDS interleaved rounds in rotating
+     order (a whole number of rotations, so each finalist takes every slot equally often), and
+     the best geometric mean wins; a finalist within TIE of it that comes earlier in the
      candidate list wins instead. One pass in list order picked configs by when they were
      timed (an H200 warming up from idle, drift): two runs of unchanged code picked different
      triton_flash configs 4-8 % apart.
@@ -267,12 +268,13 @@ class Tuner:
                            key=lambda i: first[i])[:MAX_FINALISTS]
         if len(finalists) == 1:
             return finalists[0]
+        k = len(finalists)
         rounds: dict[int, list[float]] = {i: [] for i in finalists}
-        for r in range(FINAL_ROUNDS):
-            for i in finalists[r % len(finalists):] + finalists[:r % len(finalists)]:
+        for r in range(k * max(1, round(FINAL_ROUNDS / k))):  # whole rotations: 4 for 2, 3 for 3
+            for i in finalists[r % k:] + finalists[:r % k]:
                 rounds[i].append(self.measure(launch, todo[i]))
-        # geometric mean: each finalist takes each slot of a round once, so a drift that is
-        # linear in log time over the rounds cancels (a median would keep part of it)
+        # geometric mean: over whole rotations every finalist's timings sit at the same mean
+        # position in time, so a drift linear in log time cancels (a median would keep part)
         score = {i: math.exp(sum(map(math.log, v)) / len(v)) for i, v in rounds.items()}
         best = min(score.values())
         return min(i for i in finalists if score[i] <= best * (1 + TIE))

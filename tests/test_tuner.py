@@ -171,6 +171,7 @@ def test_far_slower_candidates_are_not_finalists_and_near_ties_keep_list_order()
     t = flash_like(CPUTuner, ms={CANDS[0]: 1.005, CANDS[1]: 1.0, CANDS[2]: 2.0})
     assert t.pick("k", CANDS, lambda c: None) == CANDS[0]  # within 1 %: the earlier one
     assert t.timed.count(CANDS[2]) == 1  # 2x slower: timed once
+    assert t.timed.count(CANDS[0]) == t.timed.count(CANDS[1]) == 5  # 1 + 2 finalists x 4 rounds
     t = flash_like(CPUTuner, ms={CANDS[0]: 1.05, CANDS[1]: 1.0, CANDS[2]: 2.0})
     assert t.pick("k2", CANDS, lambda c: None) == CANDS[1]  # 5 % is a real difference
 
@@ -213,3 +214,12 @@ def test_a_tuner_skips_configs_that_fail_to_compile():
 
     t = flash_like(Failing, ms={CANDS[1]: 3.0, CANDS[2]: 2.0})
     assert t.pick("k", CANDS, lambda c: None) == CANDS[2]
+
+
+def test_two_finalists_take_both_slots_equally_often_under_drift():
+    """Two finalists, 4 rounds (AB BA AB BA): a 3 % per-timing drift cannot hand the pick to
+    the one timed later; the truly 2 % faster first candidate wins."""
+    ms = {CANDS[0]: 0.98, CANDS[1]: 1.0, CANDS[2]: 3.0}
+    t = flash_like(DriftingTuner, ms=ms)
+    assert t.pick("k3", CANDS, lambda c: None) == CANDS[0]
+    assert t.timed[3:] == [CANDS[1], CANDS[0], CANDS[0], CANDS[1]] * 2  # drift made B look first
