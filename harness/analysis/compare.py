@@ -198,8 +198,7 @@ class Comparison:
     def pair_lines(self) -> list[str]:
         """One sentence per pair: time verdict then what changed (config, compiled kernel,
         profiler metrics that moved, code)."""
-        return [f"{r.key}: {r.text}" + (f"; {r.evidence}" if r.evidence else "")
-                for r in self.time.itertuples()]
+        return ["; ".join([f"{r.key}: {r.text}", *r.evidence]) for r in self.time.itertuples()]
 
 
 def describe_metric(name: str, base, cand) -> str:
@@ -319,9 +318,9 @@ def compare_runs(base_dir, cand_dir, *, allow_incomparable: bool = False,
     metrics = pd.DataFrame(metric_rows, columns=METRIC_COLUMNS)
     from harness.analysis.since import evidence  # since builds on compare: import here
 
-    for row in time_rows:  # what explains the pair: config, compiled, metrics, code
-        row["evidence"] = "; ".join(evidence(row["key"], base_rows[row["base_case_id"]],
-                                             cand_rows[row["cand_case_id"]], metrics))
+    for row in time_rows:  # what explains the pair (list): config, compiled, metrics, code
+        row["evidence"] = evidence(row["key"], base_rows[row["base_case_id"]],
+                                   cand_rows[row["cand_case_id"]], metrics)
     time = pd.DataFrame(time_rows, columns=TIME_COLUMNS)
     cpu = mb.get("device") != "cuda" or mc.get("device") != "cuda"
     notes = [noise_note(floor)]

@@ -61,7 +61,7 @@ def rows(c) -> tuple[list[str], list[list[str]]]:
     out = []
     for r in c.time.itertuples():
         text = f"**{r.text}**" if r.mark in ("faster", "slower") else r.text
-        out.append([r.key, _ms(r.base_ms), _ms(r.cand_ms), text, r.evidence or "-"])
+        out.append([r.key, _ms(r.base_ms), _ms(r.cand_ms), text, "; ".join(r.evidence) or "-"])
     return ["case", "base ms", "candidate ms", "time (candidate vs base)",
             "what changed (config, compiled kernel, profiler, code)"], out
 

@@ -205,10 +205,8 @@ def learn_floor(roots, env: dict, *, quantile: float = QUANTILE) -> NoiseFloor:
     device = (env or {}).get("device")
     default = default_floor(device)
     where = ", ".join(f"{r}/" for r in roots) or "the store"
-    pairs = aa_run_pairs(roots, env)
-    if not pairs:
-        return NoiseFloor(default, "default", detail=f"no A/A runs in {where}")
-    per_pair = [r[np.isfinite(r)] for r in (aa_log_ratios(a, b) for a, b in pairs)]
+    per_pair = [r[np.isfinite(r)] for r in (aa_log_ratios(a, b)
+                                            for a, b in aa_run_pairs(roots, env))]
     # a pair with no case of the same code in common (every impl edited) calibrates nothing
     per_pair = [r for r in per_pair if len(r)]
     n_pairs = len(per_pair)

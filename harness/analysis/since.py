@@ -116,10 +116,10 @@ def since_data(run_dir: str | Path, *, limit: int = LIMIT) -> Since | None:
     except HarnessError as exc:
         return Since(m["run_id"], pair, message=f"since {pair.run_id} ({pair.how}): not "
                                                 f"compared: {exc}")
-    return _from_comparison(m, store.load_manifest(prev), prev, run_dir, pair, c, limit)
+    return _from_comparison(m, store.load_manifest(prev), pair, c, limit)
 
 
-def _from_comparison(m, mp, prev: Path, run_dir: Path, pair: Against, c, limit: int) -> Since:
+def _from_comparison(m, mp, pair: Against, c, limit: int) -> Since:
     t = c.time
     s = Since(m["run_id"], pair, floor=c.floor.text if c.floor is not None else "",
               n_pairs=len(t), counts={k: int(v) for k, v in t.mark.value_counts().items()})
@@ -129,26 +129,18 @@ def _from_comparison(m, mp, prev: Path, run_dir: Path, pair: Against, c, limit: 
         counts = g.mark.value_counts()
         s.impls.append(ImplSummary(impl, len(ok), geo, {k: int(counts.get(k, 0)) for k in (
             "faster", "slower", "same", "ambiguous", "missing") if counts.get(k, 0)}))
-    rb, rc = _results(prev), _results(run_dir)
     marked = t[t.mark.isin(MARKED)].copy()
     marked["_effect"] = np.abs(np.log(marked.ratio.astype(float)))
     marked = marked.sort_values("_effect", ascending=False, kind="stable")
     for r in marked.head(limit).to_dict("records"):
         s.changes.append(Change(r["key"], r["impl"], r["mark"], float(r["ratio"]),
                                 float(r["ci_low"]), float(r["ci_high"]), float(r["p_value"]),
-                                r["text"],
-                                evidence(r["key"], rb.get(r["base_case_id"], {}),
-                                         rc.get(r["cand_case_id"], {}), c.metrics)))
+                                r["text"], list(r["evidence"])))
     s.n_more = max(0, len(marked) - limit)
     if c.problems:  # an explicit pair across machines: said loudly
         s.notes.append(f"INCOMPARABLE RUNS, compared anyway: {'; '.join(c.problems)}")
     s.notes += _notes(mp, m, t) + [n for n in c.notes if not n.startswith("noise threshold")]
     return s
-
-
-def _results(run_dir: Path) -> dict[str, dict]:
-    res = store.load_results(run_dir)
-    return res.set_index("case_id").to_dict("index") if len(res) else {}
 
 
 def _notes(mp: dict, m: dict, t: pd.DataFrame) -> list[str]:

@@ -107,7 +107,8 @@ def test_runs_page_lists_examples_beside_user_runs(monkeypatch, example_runs, fa
     assert source[faster_copy.name] == "user"
     assert {source[r.name] for r in example_runs} == {"example"}
     assert len(table) == len(example_runs) + 1 and not at.error
-    # newest first; the sidebar defaults to the newest readable run (the copy, a week later: newer than every example)
+    # newest first; the sidebar defaults to the newest readable run (the copy, a week later:
+    # newer than every example)
     assert table.run_id.iloc[0] == faster_copy.name
     assert at.session_state["run_a"] == str(faster_copy.resolve())
     assert "[example]" in " ".join(at.sidebar.selectbox(key="run_a").options)
