@@ -12,6 +12,10 @@ Passes
                   NVTX push/pop range of domain `harness` named for the case id; ncu and nsys
                   wrap this pass
   torch_profiler  the same single call under torch.profiler (the nsys fallback)
+  warm            compile-ahead (GPU runs, before check): one call of each case of an impl
+                  that compiles (backend triton or compile) with the Tuners compiling every
+                  candidate and timing none (harness.tuning.compile_only); its only product is
+                  the on-disk kernel caches (Triton, Inductor), its records only say what it did
 
 Launch configurations (harness.tuning): a case of a configured candidate runs with its tunables
 forced; the Tuners' picks of every check/time call are logged and stored with the record
@@ -31,7 +35,9 @@ import zlib
 from pathlib import Path
 
 EXIT_CONTEXT_DEAD = 3
-PASSES = ("check", "time", "profile", "torch_profiler")
+PASSES = ("check", "time", "profile", "torch_profiler", "warm")
+WARM_BACKENDS = ("triton", "compile")  # what JIT-compiles on its first call
+WARM_MEMORY_FRACTION_ENV = "HARNESS_WARM_MEMORY_FRACTION"
 NVTX_DOMAIN = "harness"
 
 
@@ -168,6 +174,24 @@ class Worker:
             nvtx.pop_range(domain=NVTX_DOMAIN)
         return result
 
+    def do_warm(self, impl, params, dtype, case_id) -> dict:
+        if impl.backend not in WARM_BACKENDS:
+            return {"status": "skipped", "error": f"backend {impl.backend}: nothing to compile"}
+        from harness import tuning
+
+        if self.device == "cuda" and not getattr(self, "_warm_capped", False):
+            import torch  # several warmers share the GPU: each keeps to its share of memory
+
+            frac = float(os.environ.get(WARM_MEMORY_FRACTION_ENV, "0") or 0)
+            if 0 < frac < 1:
+                torch.cuda.set_per_process_memory_fraction(frac)
+            self._warm_capped = True
+        fn, _ = self._prepare(impl, params, dtype, case_id)
+        with tuning.compile_only():
+            fn()
+        self._sync()
+        return {"status": "ok"}
+
     def do_profile(self, impl, params, dtype, case_id) -> dict:
         self._warm_then_range(impl, params, dtype, case_id, lambda fn: fn())
         return {"status": "ok"}
@@ -182,7 +206,8 @@ class Worker:
     # -- loop ----------------------------------------------------------------------------------
     def where(self) -> dict:
         """Which GPU of which host ran the case, and that GPU's state (name, clocks, temperature)
-        read with nvidia-smi (never with CUDA: the worker may be wrapped by ncu)."""
+        read through NVML, or nvidia-smi without it (never with CUDA: the worker may be wrapped
+        by ncu)."""
         import socket
 
         out = {"host": socket.gethostname(), "gpu": None}
@@ -190,14 +215,7 @@ class Worker:
         if gpu is not None and gpu.isdigit():
             out["gpu"] = int(gpu)
         if self.device == "cuda":
-            from harness.env import query_gpus
-
-            rows = query_gpus(index=out["gpu"] if out["gpu"] is not None else 0)
-            if rows:
-                out.update({"gpu_name": rows[0].get("gpu_name"),
-                            "sm_clock_mhz": rows[0].get("sm_clock_mhz"),
-                            "mem_clock_mhz": rows[0].get("mem_clock_mhz"),
-                            "gpu_temp_c": rows[0].get("gpu_temp_c")})
+            out.update(gpu_state(out["gpu"] if out["gpu"] is not None else 0))
         return out
 
     def run(self, passes: list[str], only: set[str] | None, tag: str | None = None,
@@ -222,7 +240,10 @@ class Worker:
                 rec["wall_s"] = round(time.perf_counter() - began, 3)
                 if pass_name in ("check", "time"):
                     rec.update(self.where())
-                store.save_tuner_picks(self.run_dir, tuning.take_new_picks(), shard=shard)
+                if pass_name == "warm":  # compile-ahead picks nothing for later passes
+                    tuning.take_new_picks()
+                else:
+                    store.save_tuner_picks(self.run_dir, tuning.take_new_picks(), shard=shard)
                 store.append_part(self.run_dir, part, {"case_id": case_id, **rec}, shard=shard)
                 emit("done", name=part, case_id=case_id, status=rec["status"])
                 if rec.get("context_dead"):
@@ -283,6 +304,21 @@ class Worker:
             return False
         except Exception:
             return True
+
+
+def gpu_state(index: int) -> dict:
+    """{gpu_name, sm_clock_mhz, mem_clock_mhz, gpu_temp_c} of GPU `index`: NVML in-process
+    (microseconds), nvidia-smi where NVML cannot be loaded; {} where neither answers."""
+    from harness import nvml
+
+    state = nvml.gpu_state(index)
+    if state is None:
+        from harness.env import query_gpus
+
+        rows = query_gpus(index=index)
+        state = {k: rows[0].get(k) for k in ("gpu_name", "sm_clock_mhz", "mem_clock_mhz",
+                                             "gpu_temp_c")} if rows else {}
+    return state
 
 
 def _registered_impl(row) -> str:
