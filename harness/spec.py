@@ -74,6 +74,9 @@ class TimingOptions(_Strict):
         "hide", description="hide: events time device work only; include: idle gaps count")
     case_timeout_s: float | None = Field(
         None, gt=0, description="watchdog per (pass, case); default max(120 s, 4x estimate)")
+    compile_ahead: bool = Field(
+        True, description="GPU runs: compile the Triton / torch.compile impls in a few "
+        "parallel processes before the check pass (warm caches; nothing is measured there)")
 
 
 class CorrectnessOptions(_Strict):

@@ -26,6 +26,7 @@ from typing import Any, Iterator
 SOURCES = ("forced", "tuned", "autotune", "single", "interpreter")
 
 _FORCED: ContextVar[dict | None] = ContextVar("harness_forced_configs", default=None)
+_COMPILE_ONLY: ContextVar[bool] = ContextVar("harness_compile_only", default=False)
 _LOG: ContextVar["PickLog | None"] = ContextVar("harness_pick_log", default=None)
 
 # tuner name -> repr(key) -> {"config": {field: value}, "source": str}
@@ -50,6 +51,24 @@ def forced(tuner: str) -> dict[str, Any] | None:
     """The fields forced for `tuner` in this context, or None."""
     d = _FORCED.get()
     return d.get(tuner) if d else None
+
+
+# -- compile-ahead -----------------------------------------------------------------------------
+
+@contextmanager
+def compile_only() -> Iterator[None]:
+    """Within the block a Tuner that would time its candidates compiles them all instead and
+    answers the first that launched, remembering nothing: the harness's compile-ahead workers
+    fill the on-disk kernel caches this way, and the check pass's Tuner then times warm."""
+    token = _COMPILE_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _COMPILE_ONLY.reset(token)
+
+
+def compiling_only() -> bool:
+    return _COMPILE_ONLY.get()
 
 
 # -- the per-call log of picks -----------------------------------------------------------------

@@ -17,7 +17,9 @@ one field. Valid values of a field: those in `configs` (the static candidate lis
   2. the pick already made for this key in this process, or persisted by an earlier worker of
      the run (harness.tuning.stored_pick);
   3. the only candidate, or in the CPU interpreter the first one (untimed);
-  4. on the GPU: the candidates compiled concurrently (`precompile`), the clocks brought up
+  4. in a compile-ahead worker (harness.tuning.compile_only): every candidate compiled, the
+     first that launched returned, nothing timed or kept;
+  5. on the GPU: the candidates compiled concurrently (`precompile`), the clocks brought up
      (`spin_up`), then timed one by one with triton.testing.do_bench; a config that fails to
      compile or run is skipped. The finalists (within FINALIST_BAND of the fastest, at most
      MAX_FINALISTS) are timed again over about FINAL_ROUNDS interleaved rounds in rotating
@@ -160,7 +162,9 @@ class Tuner:
             source = "forced"
         else:
             cfg = self._best(key, candidates, launch)
-            source = self.sources[key]
+            source = self.sources.get(key)
+        if source is None:  # compile-ahead: nothing was picked, nothing to record
+            return cfg
         if tuning.recording_active():  # every call of a timed loop passes here: keep it cheap
             d = self._dicts.get(cfg)
             if d is None:
@@ -202,6 +206,10 @@ class Tuner:
         if len(candidates) == 1 or not self.timing_enabled():
             return self._keep(key, candidates[0],
                               "interpreter" if interpreted() else "single")
+        if tuning.compiling_only():  # compile-ahead: every candidate compiled, none timed or kept
+            launched = precompile(candidates, launch, initializer=_cuda_thread_initializer()) \
+                if self.precompile_enabled() else []
+            return (launched or candidates)[0]
         cfg = self._tune(key, candidates, launch)
         self._keep(key, cfg, "tuned")
         tuning.remember(self.name, key, self.as_dict(cfg), "tuned")

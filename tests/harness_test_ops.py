@@ -127,3 +127,41 @@ def tuned(x):
     """y = 2x after a Tuner pick keyed by the size (a fake key: the result never depends on it)"""
     _tuner.pick(("scale", x.numel()), TUNED_CANDIDATES, _timing_launch)
     return x * 2
+
+
+# -- compile-ahead (harness.executors.warm): impls of a compiling backend. `warm_tuned`'s Tuner
+# "compiles" (launches) every candidate when asked to compile only, and would time on the CPU
+# otherwise; each launch appends "<pid> launch <cfg>" and each timing "<pid> measure <cfg>" to
+# $HARNESS_TEST_TUNE_LOG.
+
+def _log_line(text):
+    path = os.environ.get("HARNESS_TEST_TUNE_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{os.getpid()} {text}\n")
+
+
+class _CompilingTuner(_CPUTimedTuner):
+    def precompile_enabled(self):
+        return True
+
+    def measure(self, launch, cfg):
+        _log_line(f"measure {cfg[0]}")
+        return super().measure(launch, cfg)
+
+
+_warm_tuner = _CompilingTuner("scale2.warm_tuned", ("factor",), configs=TUNED_CANDIDATES)
+
+
+@op.impl("warm_tuned", backend="compile", tuners=_warm_tuner)
+def warm_tuned(x):
+    """y = 2x after a pick among three 'compiled' candidates"""
+    _warm_tuner.pick(("scale", x.numel()), TUNED_CANDIDATES,
+                     lambda cfg: _log_line(f"launch {cfg[0]}"))
+    return x * 2
+
+
+@op.impl("warm_hang", backend="compile")
+def warm_hang(x):
+    while True:  # a compile that never ends
+        time.sleep(1)

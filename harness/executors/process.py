@@ -38,6 +38,9 @@ def worker_env(device: str, gpu: int | None = None) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] +
                                         ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["PYTHONUNBUFFERED"] = "1"
+    # Inductor compiles in-process: a worker compiles a few small graphs, and starting its
+    # pool of compile processes cost more than that in every worker (benchmarks/compile_probe.py)
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
     if gpu is not None:  # the worker sees exactly one GPU, and records which one it was

@@ -11,6 +11,11 @@ Nothing here starts a process or touches a device, so every rule is unit-tested 
     shard_by_impl(case_ids, impl_of, cost, n)   -> n lists for the profiler passes: an
                                                   implementation's cases stay together (its
                                                   compile / warm-up is paid in one process)
+    warm_shards(case_ids, n)                   -> n lists for the compile-ahead workers: dealt
+                                                  round-robin in check order, so the first
+                                                  (largest) case of every kernel variant is
+                                                  compiled side by side
+    compile_workers(cpus, n_cases)             -> how many compile-ahead workers
 """
 from __future__ import annotations
 
@@ -136,3 +141,18 @@ def shard_by_impl(case_ids: list[str], impl_of: dict[str, str], cost: dict[str, 
     order = shard(list(groups), weight, n)
     pos = {c: i for i, c in enumerate(case_ids)}
     return [sorted((c for g in gs for c in groups[g]), key=pos.__getitem__) for gs in order]
+
+
+MAX_COMPILE_WORKERS = 4  # Triton's precompile runs up to 8 threads in each
+
+
+def compile_workers(cpus: int | None, n_cases: int) -> int:
+    """Compile-ahead processes: one per 4 CPU cores, at most MAX_COMPILE_WORKERS and n_cases."""
+    return max(0, min(MAX_COMPILE_WORKERS, max(1, (cpus or 1) // 4), n_cases))
+
+
+def warm_shards(case_ids: list[str], n: int) -> list[list[str]]:
+    """Round-robin in the given (check) order; empty lists dropped."""
+    if n < 1:
+        raise ValueError("n must be >= 1")
+    return [ids for ids in (case_ids[i::n] for i in range(n)) if ids]

@@ -1,0 +1,86 @@
+"""Compile-ahead: before the check pass of a GPU run, a few worker processes call each case of
+the implementations that JIT-compile (Triton kernels, torch.compile) once, side by side, so
+that the check pass finds Triton's and Inductor's on-disk caches warm instead of compiling one
+kernel variant after another on one core.
+
+Nothing they do is a measurement: the Tuners compile every candidate and time none
+(harness.tuning.compile_only), the workers store no pick, and each keeps to its share of GPU
+memory (a case that does not fit is simply compiled later by the check pass). It is best
+effort: a worker that fails, crashes or outlives a case's watchdog limit ends its share of the
+warm-up; the check pass then meets the same case and records the fault properly.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from harness import store
+from harness.executors.process import Interrupted, stream, todo, worker_argv, worker_env
+from harness.executors.schedule import compile_workers, warm_shards
+
+MEMORY_SHARE = 0.9  # of the GPU's memory, split between the compile-ahead workers
+
+
+def compile_ahead(run_dir: Path, case_ids: list[str], *, device: str,
+                  limits: dict[str, float], gpus: list[int | None],
+                  on_event: Callable[[dict], None], workers: int | None = None,
+                  stop: threading.Event | None = None) -> dict:
+    """Warm `case_ids` (check order) over `workers` processes spread over `gpus`.
+    Returns {"workers": n, "cases": n, "wall_s": s} (workers 0: nothing was run)."""
+    run_dir = Path(run_dir)
+    ids = todo(run_dir, "warm", case_ids)
+    n = compile_workers(os.cpu_count(), len(ids)) if workers is None else min(workers, len(ids))
+    if n < 1:
+        return {"workers": 0, "cases": 0, "wall_s": 0.0}
+    shards = warm_shards(ids, n)
+    frac = MEMORY_SHARE / len(shards)
+    t0 = time.monotonic()
+    lock = threading.Lock()
+    stop = stop or threading.Event()
+    errors: list[BaseException] = []
+
+    def one(i: int, shard_ids: list[str]) -> None:
+        gpu = gpus[i % len(gpus)] if gpus else None
+        current: dict = {"case": None, "since": None}
+
+        def on_ev(ev):
+            if ev.get("event") == "start":
+                current.update(case=ev.get("case_id"), since=time.monotonic())
+            elif ev.get("event") == "done":
+                current.update(case=None, since=None)
+            with lock:
+                on_event({**ev, "gpu": gpu})
+
+        def expired() -> bool:
+            c = current["case"]
+            return stop.is_set() or bool(
+                c and time.monotonic() - current["since"] > limits.get(c, float("inf")))
+
+        env = {**worker_env(device, gpu), "HARNESS_WARM_MEMORY_FRACTION": f"{frac:.3f}"}
+        argv = worker_argv(run_dir, "warm", device, shard_ids, shard=f"warm{i}")
+        try:
+            stream(argv, env, store.raw_dir(run_dir, "logs") / f"warm{i}.log", on_ev,
+                   watchdog=expired)
+        except Interrupted as exc:
+            errors.append(exc)
+            stop.set()
+
+    threads = [threading.Thread(target=one, args=(i, s), name=f"warm{i}", daemon=True)
+               for i, s in enumerate(shards)]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)
+    except KeyboardInterrupt:
+        stop.set()
+        for t in threads:
+            t.join()
+        raise Interrupted() from None
+    if errors:
+        raise Interrupted()
+    return {"workers": len(shards), "cases": len(ids), "wall_s": round(time.monotonic() - t0, 2)}

@@ -1,0 +1,130 @@
+"""Compile-ahead (harness.executors.warm): a few worker processes call each case of the
+implementations that JIT-compile before the check pass, with the Tuners compiling every
+candidate and timing none. Run here with real CPU worker processes and the self-test op."""
+import os
+from pathlib import Path
+
+import pytest
+
+from harness import store, tuning
+from harness.executors.schedule import compile_workers, warm_shards
+from harness.executors.warm import compile_ahead
+from kernels._tuner import Tuner
+
+from test_executors import _run_dir, test_ops  # noqa: F401  (fixture)
+
+
+def test_warm_shards_deal_round_robin_in_check_order():
+    ids = [f"c{i}" for i in range(7)]
+    assert warm_shards(ids, 3) == [["c0", "c3", "c6"], ["c1", "c4"], ["c2", "c5"]]
+    assert warm_shards(ids[:2], 4) == [["c0"], ["c1"]]
+    with pytest.raises(ValueError):
+        warm_shards(ids, 0)
+
+
+def test_compile_workers_one_per_four_cores_capped():
+    assert compile_workers(16, 100) == 4
+    assert compile_workers(2, 100) == 1  # a small machine still compiles ahead, in one
+    assert compile_workers(64, 3) == 3 and compile_workers(8, 0) == 0
+
+
+class _Timed(Tuner):
+    def __init__(self):
+        super().__init__("t.compile_only", ("a",), configs=[(1,), (2,), (3,)])
+        self.launched, self.measured = [], []
+
+    def timing_enabled(self):
+        return True
+
+    def precompile_enabled(self):
+        return True
+
+    def measure(self, launch, cfg):
+        self.measured.append(cfg)
+        return 1.0
+
+
+def test_compile_only_compiles_every_candidate_and_times_keeps_nothing():
+    t = _Timed()
+
+    def launch(cfg):
+        if cfg == (1,):
+            raise RuntimeError("out of shared memory")  # does not compile: skipped
+        t.launched.append(cfg)
+
+    tuning.take_new_picks()
+    with tuning.compile_only():
+        assert t.pick("k", [(1,), (2,), (3,)], launch) == (2,)  # the first that launched
+    assert sorted(t.launched) == [(2,), (3,)] and t.measured == []
+    assert "k" not in t.best and tuning.take_new_picks() == {}
+    assert not tuning.compiling_only()
+    t.pick("k", [(1,), (2,), (3,)], launch)  # outside the block: timed as usual
+    assert t.measured and "k" in t.best
+
+
+@pytest.mark.slow
+def test_compile_ahead_warms_compiling_impls_in_parallel_and_survives_a_hang(
+        tmp_path, test_ops, monkeypatch):
+    log = tmp_path / "tune.log"
+    monkeypatch.setenv("HARNESS_TEST_TUNE_LOG", str(log))
+    run, ids = _run_dir(tmp_path, ["warm_tuned", "warm_hang"], n=(64, 1000, 4096))
+    t64, t1000, t4096, h64 = ("warm_tuned.N=64.float32", "warm_tuned.N=1000.float32",
+                              "warm_tuned.N=4096.float32", "warm_hang.N=64.float32")
+    order = [t64, t1000, h64, t4096]  # dealt: [t64, h64] and [t1000, t4096]
+    events = []
+    out = compile_ahead(run, order, device="cpu", limits={c: 3.0 for c in ids}, gpus=[None],
+                        on_event=events.append, workers=2)
+    assert out["workers"] == 2 and out["cases"] == 4
+    recs = {r["case_id"]: r for r in store.read_parts(run, "warm")}
+    assert {c: recs[c]["status"] for c in (t64, t1000, t4096)} == dict.fromkeys(
+        (t64, t1000, t4096), "ok")
+    assert h64 not in recs  # killed by the watchdog: the check pass meets it and says so
+    lines = [ln.split() for ln in log.read_text().splitlines()]
+    assert not [ln for ln in lines if ln[1] == "measure"]  # nothing timed
+    launches = [ln for ln in lines if ln[1] == "launch"]
+    assert sorted(ln[2] for ln in launches) == ["1", "1", "1", "2", "2", "2", "3", "3", "3"]
+    assert len({ln[0] for ln in launches}) == 2  # two processes side by side
+    assert not list(Path(run).glob("tuner_picks*.json"))  # no pick left for the check pass
+    assert sorted(p.name for p in (run / "parts").iterdir()) == ["warm.warm0.jsonl",
+                                                                 "warm.warm1.jsonl"]
+    assert {e["name"] for e in events if e["event"] == "start"} == {"warm"}
+    # again: only the case without a record is left, and its watchdog ends it again
+    again = compile_ahead(run, order, device="cpu", limits={c: 1.0 for c in ids}, gpus=[None],
+                          on_event=events.append, workers=2)
+    assert again["workers"] == 1 and again["cases"] == 1
+
+
+def test_runner_compiles_ahead_only_compiling_impls_and_only_on_a_gpu(tmp_path, test_ops,
+                                                                     monkeypatch):
+    from rich.console import Console
+    from rich.progress import Progress
+
+    import harness.executors.warm as warm
+    from harness.runner import Runner, wall_line
+
+    calls = []
+
+    def fake(run_dir, ids, **kw):
+        calls.append((ids, kw["gpus"]))
+        return {"workers": 2, "cases": len(ids), "wall_s": 1.5}
+
+    monkeypatch.setattr(warm, "compile_ahead", fake)
+    run, ids = _run_dir(tmp_path, ["warm_tuned", "zeros"])
+    r = Runner(run, Console(file=open(os.devnull, "w")))
+    order = list(reversed(ids))
+    with Progress(console=r.console) as progress:
+        r.compile_ahead(progress, order, {})  # a CPU run: nothing to warm
+        assert calls == []
+        r.device = "cuda"
+        r.compile_ahead(progress, order, {})
+    assert calls == [([c for c in order if c.startswith("warm_tuned")], [None])]
+    assert r.pass_wall["compile"] == 1.5
+    assert store.load_manifest(run)["compile_ahead"]["workers"] == 2
+    assert wall_line({"check": 2.0, "compile": 1.5, "total": 4}).startswith(
+        "wall: compile 1.5 s · check 2.0 s")
+    run2, ids2 = _run_dir(tmp_path / "off", ["warm_tuned"], extra={"compile_ahead": False})
+    r2 = Runner(run2, Console(file=open(os.devnull, "w")))
+    r2.device = "cuda"
+    with Progress(console=r2.console) as progress:
+        r2.compile_ahead(progress, ids2, {})
+    assert len(calls) == 1
