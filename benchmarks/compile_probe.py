@@ -1,7 +1,8 @@
 """Where a worker's first seconds go (device): imports, and torch.compile's first graph in a
 fresh process, cold and warm on-disk caches, with and without Inductor's compile-worker pool.
 
-    python3 benchmarks/compile_probe.py       # prints one line per fresh process
+    python3 benchmarks/compile_probe.py           # prints one line per fresh process
+    python3 benchmarks/compile_probe.py profile   # where a warm-cache first call's seconds go
 
 Every profiler pass starts a new worker, so a one-time cost per process is paid three times
 per run (check/time, ncu, nsys). This probe is what decides the worker's Inductor settings
@@ -55,5 +56,21 @@ def main() -> None:
         print(f"{label}: process {time.perf_counter() - t:.1f} s {last}", flush=True)
 
 
+def profile() -> None:
+    """Fill a cache in one process, then cProfile the first call in a second one."""
+    d = tempfile.mkdtemp()
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=d, TRITON_CACHE_DIR=os.path.join(d, "t"),
+               TORCHINDUCTOR_COMPILE_THREADS="1")
+    subprocess.run([sys.executable, __file__, "child"], env=env, capture_output=True)
+    code = ("import cProfile, pstats, torch, kernels; "
+            "from kernels.attention.peers import torch_compile_attention as f; "
+            "q = torch.randn(1, 16, 16384, 128, device='cuda', dtype=torch.float16); "
+            "torch.cuda.synchronize(); pr = cProfile.Profile(); pr.enable(); "
+            "f(q, q, q, causal=False); torch.cuda.synchronize(); pr.disable(); "
+            "pstats.Stats(pr).sort_stats('cumulative').print_stats(45)")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    print(r.stdout[-9000:], r.stderr[-1500:])
+
+
 if __name__ == "__main__":
-    child() if sys.argv[1:] == ["child"] else main()
+    {"child": child, "profile": profile}.get((sys.argv[1:] or [""])[0], main)()

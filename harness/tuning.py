@@ -78,6 +78,8 @@ class PickLog:
 
     def __init__(self) -> None:
         self.picks: dict[tuple[str, Any], tuple[dict, str]] = {}
+        self.compile_s = 0.0  # Tuner seconds in this block: compiling its candidates
+        self.timing_s = 0.0  # and timing them
 
     def add(self, tuner: str, key: Any, config: dict, source: str) -> None:
         self.picks[(tuner, key)] = (config, source)
@@ -111,6 +113,14 @@ def recording() -> Iterator[PickLog]:
         yield log
     finally:
         _LOG.reset(token)
+
+
+def add_cost(compile_s: float, timing_s: float) -> None:
+    """A Tuner's seconds spent compiling and timing candidates (kept by `recording()`)."""
+    log = _LOG.get()
+    if log is not None:
+        log.compile_s += compile_s
+        log.timing_s += timing_s
 
 
 def recording_active() -> bool:

@@ -128,3 +128,20 @@ def test_runner_compiles_ahead_only_compiling_impls_and_only_on_a_gpu(tmp_path, 
     with Progress(console=r2.console) as progress:
         r2.compile_ahead(progress, ids2, {})
     assert len(calls) == 1
+
+
+def test_a_tuned_pick_reports_its_compile_and_timing_seconds():
+    import time
+
+    t = _Timed()
+    tuning.load_picks({})  # no pick stored by an earlier test
+
+    def launch(cfg):
+        time.sleep(0.01)
+
+    with tuning.recording() as log:
+        t.pick("cost-k", [(1,), (2,), (3,)], launch)
+    assert log.compile_s >= 0.01 and log.timing_s >= 0.0
+    with tuning.recording() as again:  # the pick is kept: nothing compiled or timed again
+        t.pick("cost-k", [(1,), (2,), (3,)], launch)
+    assert again.compile_s == again.timing_s == 0.0
