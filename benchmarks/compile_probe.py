@@ -3,6 +3,7 @@ fresh process, cold and warm on-disk caches, with and without Inductor's compile
 
     python3 benchmarks/compile_probe.py           # prints one line per fresh process
     python3 benchmarks/compile_probe.py profile   # where a warm-cache first call's seconds go
+    python3 benchmarks/compile_probe.py triton    # flash fwd configs: cold vs warm Triton cache
 
 Every profiler pass starts a new worker, so a one-time cost per process is paid three times
 per run (check/time, ncu, nsys). This probe is what decides the worker's Inductor settings
@@ -56,6 +57,37 @@ def main() -> None:
         print(f"{label}: process {time.perf_counter() - t:.1f} s {last}", flush=True)
 
 
+def triton_child() -> None:
+    """Seconds to launch each of flash fwd's D=128 configs once (compile, or load if cached)."""
+    import os as _os
+    import sys as _sys
+
+    import torch
+
+    from kernels.attention.flash_fwd import FWD_CONFIGS, flash_forward
+
+    q = torch.randn(1, 16, 16384, 128, device="cuda", dtype=torch.float16)
+    t = time.perf_counter()
+    for cfg in FWD_CONFIGS[128]:
+        flash_forward(q, q, q, True, config=cfg)
+    torch.cuda.synchronize()
+    print(json.dumps({"configs": len(FWD_CONFIGS[128]), "launch_all_s":
+                      round(time.perf_counter() - t, 2), "dont_write_bytecode":
+                      _sys.dont_write_bytecode, "torch_pyc": _os.path.exists(
+                          __import__("importlib.util").util.cache_from_source(torch.__file__)),
+                      "site_writable": _os.access(_os.path.dirname(torch.__file__), _os.W_OK)}))
+
+
+def triton() -> None:
+    """The same launches in two fresh processes sharing one Triton cache: cold, then warm."""
+    d = tempfile.mkdtemp()
+    env = dict(os.environ, TRITON_CACHE_DIR=d)
+    for label in ("cold", "warm"):
+        r = subprocess.run([sys.executable, __file__, "triton_child"], env=env,
+                           capture_output=True, text=True)
+        print(label, (r.stdout.strip().splitlines() or [r.stderr[-800:]])[-1], flush=True)
+
+
 def profile() -> None:
     """Fill a cache in one process, then cProfile the first call in a second one."""
     d = tempfile.mkdtemp()
@@ -73,4 +105,4 @@ def profile() -> None:
 
 
 if __name__ == "__main__":
-    {"child": child, "profile": profile}.get((sys.argv[1:] or [""])[0], main)()
+    {"child": child, "profile": profile, "triton": triton, "triton_child": triton_child}.get((sys.argv[1:] or [""])[0], main)()
