@@ -4,6 +4,7 @@
 # STEPS, comma-separated, run in this order into one store OUT_DIR/store:
 #   flash     experiments/flash.yaml, whole (wall time and per-pass split)
 #   flash_aa  flash.yaml again at N=4096 (all impls): an A/A pair with the first
+#   flash_again  flash.yaml again, whole: the loop's second run (warm caches) and a 280-case A/A
 #   worse     triton_flash's D=128 configs replaced by one small tile (a real code change), N=4096
 #             D=128 only: its since-last-run block shows the slowdown and the config/code diff;
 #             the kernel file is restored afterwards
@@ -40,6 +41,8 @@ for step in ${steps//,/ }; do
     flash) f1=$(run flash 300 experiments/flash.yaml) ;;
     flash_aa) f2=$(run flash_aa 120 experiments/flash.yaml --cases '*N=4096*')
               aa flash_aa "${f1:-}" "${f2:-}" ;;
+    flash_again) f3=$(run flash_again 300 experiments/flash.yaml)
+                 aa flash_again "${f1:-}" "${f3:-}" ;;
     worse)
       k=kernels/attention/flash_fwd.py
       cp "$k" "$out/flash_fwd.py.orig"
@@ -57,7 +60,7 @@ PY
              aa softmax_aa "${s1:-}" "${s2:-}" ;;
     tune) run tune 150 experiments/tune/flash_fwd_configs.yaml --cases '*causal=false*' > /dev/null ;;
     bwd) run bwd 400 experiments/flash_bwd.yaml > /dev/null ;;
-    *) echo "unknown step $step (flash, flash_aa, worse, softmax, tune, bwd)"; exit 2 ;;
+    *) echo "unknown step $step (flash, flash_aa, flash_again, worse, softmax, tune, bwd)"; exit 2 ;;
   esac
 done
 cat "$out/steps.txt"

@@ -118,6 +118,12 @@ class Runner:
         frame = store.load_cases(self.run_dir)
         base = {r.case_id: _registered_impl(r) for r in frame.itertuples()}
         ids = [c for c in check_ids if self._backend(base.get(c)) in WARM_BACKENDS]
+        cached = compiled_before(self.run_dir, {c: base[c] for c in ids}, self.op)
+        ids = [c for c in ids if c not in cached]
+        if cached:
+            self.manifest = store.update_manifest(
+                self.run_dir, compile_ahead={"skipped": len(cached), "why": "checked on this "
+                                             "host by the previous run with the same code"})
         if not ids:
             return
         task = progress.add_task("compile", total=len(ids))
@@ -136,7 +142,8 @@ class Runner:
         progress.update(task, description="compile", completed=len(ids))
         if out["workers"]:
             self.pass_wall["compile"] = out["wall_s"]
-            self.manifest = store.update_manifest(self.run_dir, compile_ahead=out)
+            self.manifest = store.update_manifest(self.run_dir, compile_ahead={
+                **out, "skipped": len(cached)})
 
     def _backend(self, impl: str | None) -> str | None:
         try:
@@ -398,6 +405,47 @@ def previous_medians(run_dir: Path) -> dict[str, float]:
             return {c: float(v) for c, v in zip(res.case_id, res.median_ms)
                     if v is not None and math.isfinite(float(v))}
     return {}
+
+
+def compiled_before(run_dir: Path, impl_of: dict[str, str], op) -> set[str]:
+    """The cases of `impl_of` (case_id -> registered impl) whose kernels are already in this
+    host's compile caches: the latest other run of the same experiment on this host, with the
+    same torch and triton, checked them with the impl's code unchanged (same code_hash)."""
+    import socket
+
+    from harness.provenance import code_hash
+
+    m = store.load_manifest(run_dir)
+    env, name = m.get("env") or {}, (m.get("experiment") or {}).get("name")
+    host = socket.gethostname()
+    for row in reversed(store.list_runs(Path(run_dir).parent)):
+        if row["run_id"] == Path(run_dir).name or row.get("error"):
+            continue
+        if row.get("experiment") != name or row.get("device") != m.get("device"):
+            continue
+        try:
+            old_env = store.load_manifest(row["path"]).get("env") or {}
+            if any(old_env.get(k) != env.get(k) for k in ("torch", "triton", "hostname")) \
+                    or env.get("hostname") != host:
+                return set()
+            res = store.load_results(row["path"])
+        except HarnessError:
+            return set()
+        if "code_hash" not in res.columns:
+            return set()
+        before = dict(zip(res.case_id, res.code_hash))
+        hashes: dict[str, str | None] = {}
+        out = set()
+        for case, impl in impl_of.items():
+            if impl not in hashes:
+                try:
+                    hashes[impl] = code_hash(op.get_impl(impl).fn)
+                except Exception:  # no hash, no claim that it is compiled
+                    hashes[impl] = None
+            if hashes[impl] is not None and before.get(case) == hashes[impl]:
+                out.add(case)
+        return out
+    return set()
 
 
 def _log_problem(prof_name: str, text: str) -> str | None:

@@ -145,3 +145,33 @@ def test_a_tuned_pick_reports_its_compile_and_timing_seconds():
     with tuning.recording() as again:  # the pick is kept: nothing compiled or timed again
         t.pick("cost-k", [(1,), (2,), (3,)], launch)
     assert again.compile_s == again.timing_s == 0.0
+
+
+def test_cases_compiled_by_the_previous_run_on_this_host_are_not_warmed_again(tmp_path,
+                                                                            test_ops):
+    import socket
+    import time
+
+    import pandas as pd
+
+    from harness.provenance import code_hash
+    from harness.registry import registry
+    from harness.runner import compiled_before
+
+    op = registry().get_op("scale2")
+    env = {"device": "cpu", "hostname": socket.gethostname(), "torch": "2.x", "triton": "3.x"}
+    old, ids = _run_dir(tmp_path, ["warm_tuned"])
+    store.update_manifest(old, env=env)
+    tuned = [c for c in ids if c.startswith("warm_tuned")]
+    h = code_hash(op.get_impl("warm_tuned").fn)
+    store.write_table(old, "results", pd.DataFrame(
+        {"case_id": tuned, "code_hash": [h, "0123456789ab"]}))  # the second: older code
+    time.sleep(1.1)  # run ids are per second
+    new, _ = _run_dir(tmp_path, ["warm_tuned"])
+    store.update_manifest(new, env=env)
+    impl_of = dict.fromkeys(tuned, "warm_tuned")
+    assert compiled_before(new, impl_of, op) == {tuned[0]}
+    store.update_manifest(new, env={**env, "triton": "3.y"})  # a new triton: nothing is cached
+    assert compiled_before(new, impl_of, op) == set()
+    store.update_manifest(new, env={**env, "hostname": "elsewhere"})
+    assert compiled_before(new, impl_of, op) == set()
