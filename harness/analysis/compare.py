@@ -304,7 +304,7 @@ def compare_runs(base_dir, cand_dir, *, allow_incomparable: bool = False,
                        mark="missing", text=f"missing (no samples in the {side} run)",
                        threshold=math.nan)
         else:
-            band = noisemod.threshold(floor.value, xb, xc)
+            band = noisemod.threshold(floor.for_impl(r["impl"]), xb, xc)
             d = compare_samples(xb, xc, noise=band, alpha=alpha)
             mark, text = d.mark, d.change_text()
             if not (row["base_correct"] and row["cand_correct"]) and mark == "faster":

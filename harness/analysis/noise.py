@@ -19,6 +19,11 @@ same clean git commit. Case pairs that differ by more than the far-out fence (Q3
 |log ratios|) and by more than twice the default floor are real differences that happen without
 a code change (a torch.compile recompilation), not noise, and are left out; the text says so.
 
+An implementation with MIN_IMPL_CASES A/A case pairs of its own gets its own floor, learned the
+same way from its cases alone: on an H200 a library kernel moved 10-15 % between runs of the same
+code on a few shapes while naive attention moved < 1 %, and one machine-wide floor either cries
+wolf on the one or hides real changes of the other. The machine's floor is for the rest.
+
 Ratios and thresholds are fractions (0.05 = 5 %); a threshold t is symmetric in log space: the
 band is [1/(1+t), 1+t].
 """
@@ -48,6 +53,8 @@ MIN_AA_CASES = 50  # ... and case pairs (after outliers are left out)
 # percentile close to half the time: until there are this many case pairs a learned floor may
 # only raise the default (this machine is noisier), never lower it.
 LOWER_DEFAULT_CASES = 200
+MIN_IMPL_CASES = 30  # an implementation's own A/A case pairs before it gets its own floor
+IMPL_MARGIN = 1.25  # the text names implementations whose floor is this far from the machine's
 # machine fields that must agree for two runs' run-to-run noise to be the same noise
 MACHINE_KEYS = ("device", "gpu_name", "driver", "torch", "triton")
 
@@ -61,6 +68,19 @@ class NoiseFloor:
     n_cases: int = 0  # A/A case pairs used
     n_outliers: int = 0  # case pairs left out as real differences
     detail: str = ""  # why the default (e.g. "no A/A runs in runs/")
+    per_impl: tuple = ()  # ((impl, floor), ...): implementations with a floor of their own
+
+    def for_impl(self, impl: str | None) -> float:
+        """The floor for a case of `impl`: its own where it has one, else the machine's."""
+        return dict(self.per_impl).get(impl, self.value)
+
+    def _impl_text(self) -> str:
+        far = [(i, v) for i, v in self.per_impl
+               if max(v, self.value) > IMPL_MARGIN * min(v, self.value)]
+        if not far:
+            return ""
+        return "; own floor (its own A/A cases): " + ", ".join(f"{i} {v * 100:.1f}%"
+                                                               for i, v in far)
 
     @property
     def text(self) -> str:
@@ -68,15 +88,17 @@ class NoiseFloor:
         if self.source == "learned":
             s = (f"floor {self.value * 100:.1f}% from {self.n_pairs} A/A pair"
                  f"{'s' if self.n_pairs != 1 else ''} ({self.n_cases} cases")
-            return s + (f", {self.n_outliers} outliers left out)" if self.n_outliers else ")")
+            return s + (f", {self.n_outliers} outliers left out)" if self.n_outliers else ")") \
+                + self._impl_text()
         if self.source == "given":
             return f"floor {self.value * 100:g}% (given)"
         return f"default floor {self.value * 100:g}%" + (f" ({self.detail})" if self.detail
-                                                        else "")
+                                                        else "") + self._impl_text()
 
     def as_dict(self) -> dict:
         return {"value": self.value, "source": self.source, "n_pairs": self.n_pairs,
-                "n_cases": self.n_cases, "n_outliers": self.n_outliers, "text": self.text}
+                "n_cases": self.n_cases, "n_outliers": self.n_outliers, "text": self.text,
+                "per_impl": dict(self.per_impl)}
 
 
 def default_floor(device: str | None) -> float:
@@ -156,7 +178,8 @@ def _has_code_hashes(run_dir) -> bool:
 
 
 def _ok_medians(run_dir: Path) -> pd.DataFrame:
-    cases = store.load_cases(run_dir)[["case_id", "status"]]
+    cases = store.load_cases(run_dir)
+    cases = cases[[c for c in ("case_id", "status", "impl") if c in cases.columns]]
     res = store.load_results(run_dir)
     df = cases.merge(res, on="case_id", how="inner")
     df = df[(df.status == "ok") & pd.to_numeric(df.median_ms, errors="coerce").gt(0)]
@@ -164,8 +187,13 @@ def _ok_medians(run_dir: Path) -> pd.DataFrame:
 
 
 def aa_log_ratios(a: Path, b: Path) -> np.ndarray:
-    """|log(median_a / median_b)| over the cases of an A/A run pair that ran the same code: a
-    case whose both runs stored a `code_hash` counts when the hashes (and launch configs) match;
+    """|log(median_a / median_b)| over the same-code cases of an A/A pair (see aa_ratios)."""
+    return aa_ratios(a, b).to_numpy(dtype=float)
+
+
+def aa_ratios(a: Path, b: Path) -> pd.Series:
+    """|log(median_a / median_b)| indexed by impl, over the cases of an A/A run pair that ran the
+    same code: a case whose both runs stored a `code_hash` counts when the hashes (and launch configs) match;
     one without counts when both runs were made from the same clean commit."""
     ra, rb = _ok_medians(a), _ok_medians(b)
     ga, gb = (_code_identity(store.load_manifest(d)) for d in (a, b))
@@ -188,7 +216,8 @@ def aa_log_ratios(a: Path, b: Path) -> np.ndarray:
             same.append(c)
     common = pd.Index(same)
     x = ra.loc[common, "median_ms"].astype(float) / rb.loc[common, "median_ms"].astype(float)
-    return np.abs(np.log(x.to_numpy(dtype=float)))
+    impl = ra.loc[common, "impl"] if "impl" in ra.columns else pd.Series("", index=common)
+    return pd.Series(np.abs(np.log(x.to_numpy(dtype=float))), index=impl.to_numpy(), dtype=float)
 
 
 def _same_config(a, b) -> bool:
@@ -205,36 +234,56 @@ def learn_floor(roots, env: dict, *, quantile: float = QUANTILE) -> NoiseFloor:
     device = (env or {}).get("device")
     default = default_floor(device)
     where = ", ".join(f"{r}/" for r in roots) or "the store"
-    per_pair = [r[np.isfinite(r)] for r in (aa_log_ratios(a, b)
-                                            for a, b in aa_run_pairs(roots, env))]
+    per_pair = [r[np.isfinite(r.to_numpy(dtype=float))] for r in (
+        aa_ratios(a, b) for a, b in aa_run_pairs(roots, env))]
     # a pair with no case of the same code in common (every impl edited) calibrates nothing
     per_pair = [r for r in per_pair if len(r)]
     n_pairs = len(per_pair)
     if not n_pairs:
         return NoiseFloor(default, "default", detail=f"no A/A runs in {where}")
-    ratios = np.concatenate(per_pair)
-    kept, out = _without_outliers(ratios, default)
+    ratios = pd.concat(per_pair)
+    cut = _outlier_cut(ratios.to_numpy(dtype=float), default)
+    kept_all = ratios[ratios <= cut]
+    kept, out = kept_all.to_numpy(dtype=float), int((ratios > cut).sum())
     if n_pairs < MIN_AA_PAIRS or len(kept) < MIN_AA_CASES:
         return NoiseFloor(default, "default", n_pairs, len(kept), out,
                           detail=f"{n_pairs} A/A pair{'s' if n_pairs != 1 else ''} with "
                                  f"{len(kept)} cases in {where}; needs {MIN_AA_PAIRS} pairs "
                                  f"and {MIN_AA_CASES} cases")
     value = float(np.expm1(np.quantile(kept, quantile)))
+    source, detail = "learned", ""
     if value < default and len(kept) < LOWER_DEFAULT_CASES:
-        return NoiseFloor(default, "default", n_pairs, len(kept), out,
-                          detail=f"learned {value * 100:.1f}% from {n_pairs} A/A pairs with "
-                                 f"{len(kept)} cases in {where}; lowers the default from "
-                                 f"{LOWER_DEFAULT_CASES} cases")
-    return NoiseFloor(value, "learned", n_pairs, len(kept), out)
+        source, detail = "default", (f"learned {value * 100:.1f}% from {n_pairs} A/A pairs with "
+                                     f"{len(kept)} cases in {where}; lowers the default from "
+                                     f"{LOWER_DEFAULT_CASES} cases")
+        value = default
+    return NoiseFloor(value, source, n_pairs, len(kept), out, detail=detail,
+                      per_impl=_impl_floors(kept_all, min(value, default), quantile))
+
+
+def _impl_floors(kept: pd.Series, bound: float, quantile: float) -> tuple:
+    """((impl, floor), ...) for implementations with MIN_IMPL_CASES A/A case pairs: their own
+    quantile, never below `bound` (the lower of the machine's floor and the default) before
+    LOWER_DEFAULT_CASES of their own case pairs: a small sample's 99th percentile lands low."""
+    out = []
+    for impl, x in kept.groupby(level=0):
+        if impl and len(x) >= MIN_IMPL_CASES:
+            v = float(np.expm1(np.quantile(x.to_numpy(dtype=float), quantile)))
+            out.append((str(impl), v if len(x) >= LOWER_DEFAULT_CASES else max(v, bound)))
+    return tuple(sorted(out))
+
+
+def _outlier_cut(x: np.ndarray, default: float) -> float:
+    """|log ratios| beyond both the far-out fence and twice the default floor are outliers."""
+    if len(x) < 4:
+        return math.inf
+    q1, q3 = np.quantile(x, [0.25, 0.75])
+    return max(q3 + 3 * (q3 - q1), math.log1p(2 * default))
 
 
 def _without_outliers(x: np.ndarray, default: float) -> tuple[np.ndarray, int]:
     """Drop |log ratios| beyond both the far-out fence and twice the default floor."""
-    if len(x) < 4:
-        return x, 0
-    q1, q3 = np.quantile(x, [0.25, 0.75])
-    cut = max(q3 + 3 * (q3 - q1), math.log1p(2 * default))
-    keep = x <= cut
+    keep = x <= _outlier_cut(x, default)
     return x[keep], int((~keep).sum())
 
 
