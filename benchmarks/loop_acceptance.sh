@@ -12,6 +12,7 @@
 #   tune      experiments/tune/flash_fwd_configs.yaml, non-causal: 16 forced configs, the
 #             Tuner's pick and cuDNN
 #   bwd       experiments/flash_bwd.yaml, whole
+#   bwd_again flash_bwd.yaml again, whole: the loop's second run (warm caches) and its A/A pair
 # Each step is cut at the time left before DEADLINE_S (default 570) so the whole call returns;
 # each run's output is OUT_DIR/<step>.log with its wall time appended. `compare` of each A/A pair
 # goes to OUT_DIR/<step>.compare.txt.
@@ -59,8 +60,10 @@ PY
              s2=$(run softmax_b 120 experiments/softmax.yaml)
              aa softmax_aa "${s1:-}" "${s2:-}" ;;
     tune) run tune 150 experiments/tune/flash_fwd_configs.yaml --cases '*causal=false*' > /dev/null ;;
-    bwd) run bwd 400 experiments/flash_bwd.yaml > /dev/null ;;
-    *) echo "unknown step $step (flash, flash_aa, flash_again, worse, softmax, tune, bwd)"; exit 2 ;;
+    bwd) b1=$(run bwd 400 experiments/flash_bwd.yaml) ;;
+    bwd_again) b2=$(run bwd_again 400 experiments/flash_bwd.yaml)
+               aa bwd_again "${b1:-}" "${b2:-}" ;;
+    *) echo "unknown step $step (flash, flash_aa, flash_again, worse, softmax, tune, bwd, bwd_again)"; exit 2 ;;
   esac
 done
 cat "$out/steps.txt"
