@@ -70,7 +70,10 @@ class Ncu(Profiler):
 
     def command(self, worker_argv: list[str], out_dir: Path, options) -> list[str]:
         exe, _ = find_ncu()
-        argv = [exe or "ncu", "--nvtx", "--nvtx-include", NVTX_INCLUDE]
+        # process scope: a case's range also covers kernels launched by other threads of the
+        # worker (autograd runs a CUDA backward on its own device thread); one range at a time
+        argv = [exe or "ncu", "--nvtx", "--nvtx-include", NVTX_INCLUDE,
+                "--nvtx-push-pop-scope", "process"]
         for s in options.sections:
             argv += ["--section", s]
         self.source_lines = options.source_lines is True  # "auto" is settled by prepare()

@@ -4,6 +4,12 @@
     nsys stats --report cuda_gpu_kern_sum,nvtx_kern_sum,nvtx_sum,cuda_api_sum,...
                --format csv --output raw/nsys/stats --force-export=true raw/nsys/report.nsys-rep
 
+A case's kernels are those whose launch call started inside its NVTX range, on any thread
+(cuda_api_trace -> correlation id -> cuda_gpu_trace): nsys' own nvtx_kern_sum projects only the
+pushing thread's launches, and a CUDA backward runs on autograd's device thread, so a bwd case
+showed no kernel at all. Without the two traces (an import of a user's stats folder) the
+projection is used.
+
 nsys is looked for on PATH, in $HARNESS_NSYS, and inside a Nsight Compute install
 (`.../host/target-linux-x64/nsys`, whose importer needs libdw/libelf on LD_LIBRARY_PATH).
 `nsys profile` can exit 0 without a report (importer failure), so the report file is checked.
@@ -26,7 +32,7 @@ from harness.profilers.base import (Availability, Profiler, ProfilerFailed, empt
 REPORT = "report"
 STATS_PREFIX = "stats"
 REPORTS = ("cuda_gpu_kern_sum", "nvtx_kern_sum", "nvtx_sum", "cuda_api_sum",
-           "nvtx_pushpop_trace", "cuda_api_trace")
+           "nvtx_pushpop_trace", "cuda_api_trace", "cuda_gpu_trace")
 DOMAIN = "harness"
 
 SEARCH = ("/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
@@ -130,16 +136,18 @@ def parse_stats_dir(out_dir: Path) -> pd.DataFrame:
     """Per case (NVTX range of domain harness): kernels launched, their GPU time, API time."""
     rows = []
     kern = stats_file(out_dir, "nvtx_kern_sum")
-    if not kern.exists():
+    by_window = _kernels_by_window(out_dir)
+    if not kern.exists() and by_window is None:
         return empty_metrics()
     per_case: dict[str, dict[str, float]] = {}
-    for r in read_stats_csv(kern):
-        if not r.get("NVTX Range"):
-            continue  # kernels outside any range: warm-up and set-up
-        case = range_case(r["NVTX Range"])
-        kname = r.get("Kernel Name", "?")
-        inst = _f(r.get("Kern Inst")) or 0.0
-        total_us = (_f(r.get("Total Time (ns)")) or 0.0) / 1e3
+    if by_window is not None:  # every thread's launches (a CUDA backward runs on autograd's)
+        summary = [(case, k, n, us) for case, ks in by_window.items()
+                   for k, (n, us) in ks.items()]
+    else:  # nsys' own projection: kernels launched by the thread that pushed the range
+        summary = [(range_case(r["NVTX Range"]), r.get("Kernel Name", "?"),
+                    _f(r.get("Kern Inst")) or 0.0, (_f(r.get("Total Time (ns)")) or 0.0) / 1e3)
+                   for r in read_stats_csv(kern) if r.get("NVTX Range")]  # outside: warm-up
+    for case, kname, inst, total_us in summary:
         rows.append((case, "nsys", kname, "kernel_launches", inst, "count"))
         rows.append((case, "nsys", kname, "kernel_time_us", total_us, "us"))
         agg = per_case.setdefault(case, {"kernel_count": 0.0, "gpu_time_us": 0.0,
@@ -166,24 +174,66 @@ def parse_stats_dir(out_dir: Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["case_id", "source", "kernel", "name", "value", "unit"])
 
 
-def _api_time_per_range(out_dir: Path) -> dict[str, dict[str, float]]:
-    """CUDA API time inside each case's range, from the range and API traces:
-    api_time_us (every call, the final synchronize included) and launch_api_us (kernel
-    launch calls only: the host cost of launching the case's kernels)."""
+def _spans(out_dir: Path) -> list[tuple[float, float, str]]:
+    """(start ns, end ns, case) of every harness range, sorted."""
     ranges_f = stats_file(out_dir, "nvtx_pushpop_trace")
-    api_f = stats_file(out_dir, "cuda_api_trace")
-    if not (ranges_f.exists() and api_f.exists()):
-        return {}
+    if not ranges_f.exists():
+        return []
     spans = []
     for r in read_stats_csv(ranges_f):
         start, end = _f(r.get("Start (ns)")), _f(r.get("End (ns)"))
         name = r.get("Name") or r.get("Range") or ""
         if start is not None and end is not None and name:
             spans.append((start, end, range_case(name)))
+    return sorted(spans)
+
+
+def _col(row: dict, *names: str) -> str | None:
+    """A column by any of its spellings (nsys writes CorrID in one report, CorrId in another)."""
+    low = {k.lower(): v for k, v in row.items() if k}
+    return next((low[n.lower()] for n in names if n.lower() in low), None)
+
+
+def _kernels_by_window(out_dir: Path) -> dict[str, dict[str, tuple[float, float]]] | None:
+    """case -> kernel name -> (launches, GPU time us): kernels whose launch call (any thread)
+    started inside the case's range, joined to the per-kernel GPU trace by correlation id.
+    The worker runs one case's range at a time and synchronizes before closing it, so a launch
+    inside the window belongs to the case whichever thread made it. None without the traces."""
+    api_f, gpu_f = stats_file(out_dir, "cuda_api_trace"), stats_file(out_dir, "cuda_gpu_trace")
+    spans = _spans(out_dir)
+    if not (api_f.exists() and gpu_f.exists() and spans):
+        return None
+    starts = [s for s, _, _ in spans]
+    import bisect
+
+    case_of: dict[str, str] = {}  # correlation id -> case
+    for r in read_stats_csv(api_f):
+        start, corr = _f(r.get("Start (ns)")), _col(r, "CorrID", "CorrId")
+        if start is None or corr is None or "Launch" not in (r.get("Name") or ""):
+            continue
+        i = bisect.bisect_right(starts, start) - 1
+        if i >= 0 and start <= spans[i][1]:
+            case_of[str(corr).strip()] = spans[i][2]
+    out: dict[str, dict[str, tuple[float, float]]] = {}
+    for r in read_stats_csv(gpu_f):
+        name = r.get("Name") or ""
+        case = case_of.get(str(_col(r, "CorrId", "CorrID") or "").strip())
+        if case is None or name.startswith("[CUDA "):  # memcpy / memset rows
+            continue
+        n, us = out.setdefault(case, {}).get(name, (0.0, 0.0))
+        out[case][name] = (n + 1, us + (_f(r.get("Duration (ns)")) or 0.0) / 1e3)
+    return out
+
+
+def _api_time_per_range(out_dir: Path) -> dict[str, dict[str, float]]:
+    """CUDA API time inside each case's range, from the range and API traces:
+    api_time_us (every call, the final synchronize included) and launch_api_us (kernel
+    launch calls only: the host cost of launching the case's kernels)."""
+    api_f = stats_file(out_dir, "cuda_api_trace")
+    spans = _spans(out_dir)
     out: dict[str, dict[str, float]] = {}
-    if not spans:
+    if not (spans and api_f.exists()):
         return out
-    spans.sort()
     for r in read_stats_csv(api_f):
         start, dur = _f(r.get("Start (ns)")), _f(r.get("Duration (ns)"))
         if start is None or dur is None:
