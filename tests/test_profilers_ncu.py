@@ -185,3 +185,16 @@ def test_log_problems():
     assert "NVreg_RestrictProfilingToAdminUsers=0" in check_log(perm)
     assert "matched no range" in check_log("==WARNING== No kernels were profiled.\n")
     assert check_log("==PROF== Disconnected from process 1\n") is None
+
+
+def test_ranges_are_process_scoped_so_a_backward_case_keeps_its_kernels():
+    """flash_bwd on an H200: with thread-scoped ranges (ncu's default) ncu printed 'No kernels
+    were profiled': autograd launches the backward from its own thread. The fixture is the raw
+    page of the same run with `--nvtx-push-pop-scope process`."""
+    argv = Ncu().command(["python"], Path("/tmp"), NcuOptions())
+    assert argv[argv.index("--nvtx-push-pop-scope") + 1] == "process"
+    df = P.parse_raw_csv((FIX / "flash_bwd_n4096_d128_6impls_raw.csv").read_text())
+    kernels = df.groupby("case_id").kernel.nunique().to_dict()
+    case = "triton_flash.B=4.H=16.N=4096.D=128.causal=false.mode=bwd.float16"
+    assert kernels[case] == 3 and len(kernels) == 6
+    assert value(df, case, "_bwd_dkdv_kernel", "duration_us") == pytest.approx(2817.728)

@@ -72,3 +72,41 @@ def test_torch_profiler_fallback_table():
     t = df[df.kernel == ""].set_index("name").value
     assert t["kernel_count"] == 3 and t["gpu_time_us"] == 6.0 and t["distinct_kernels"] == 2
     assert set(df.source) == {"torch_profiler"}
+
+
+# -- a backward run: kernels launched by autograd's device thread ----------------------------------
+# tests/fixtures/nsys_bwd/: the nsys pass of `flash_bwd.yaml --cases '*N=4096.D=128.causal=false*
+# float16'` (12 cases) on an H200, untrimmed. The backward runs on autograd's own thread
+# (`pt_autograd_0` in cuda_api_trace), outside the main thread's NVTX push/pop range.
+
+BWD = Path(__file__).parent / "fixtures" / "nsys_bwd"
+TF_BWD = "triton_flash.B=4.H=16.N=4096.D=128.causal=false.mode=bwd.float16"
+
+
+def test_a_backward_case_gets_the_kernels_of_autograds_thread(tmp_path):
+    threads = {r.get("Thread Name") for r in read_stats_csv(BWD / "stats_cuda_api_trace.csv")}
+    assert {"python3", "pt_autograd_0"} <= threads
+    df = parse_stats_dir(BWD)
+    assert len(set(df.case_id)) == 12
+    k = df[(df.case_id == TF_BWD) & (df.name == "kernel_time_us")]
+    assert dict(zip(k.kernel, k.value)) == pytest.approx(
+        {"_bwd_preprocess": 34.241, "_bwd_dkdv_kernel": 2816.393, "_bwd_dq_kernel": 1488.005})
+    assert total(df, TF_BWD, "kernel_count") == 3
+    assert total(df, "naive.B=4.H=16.N=4096.D=128.causal=false.mode=bwd.float16",
+                 "kernel_count") == 7
+    # nsys' own projection (no per-kernel GPU trace, e.g. an imported stats folder) sees none
+    import shutil
+    for f in BWD.glob("*.csv"):
+        if "gpu_trace" not in f.name:
+            shutil.copy(f, tmp_path)
+    proj = parse_stats_dir(tmp_path)
+    assert TF_BWD not in set(proj[proj.name == "kernel_count"].case_id)
+
+
+def test_without_a_gpu_trace_the_projection_is_used():
+    """The softmax capture predates cuda_gpu_trace: its kernels come from nvtx_kern_sum (the
+    tests above). On an H200 forward run both ways gave the same kernels and times per case."""
+    from harness.profilers.nsys import _kernels_by_window
+    assert _kernels_by_window(FIX) is None
+    by = _kernels_by_window(BWD)
+    assert sum(n for n, _ in by[TF_BWD].values()) == 3
