@@ -3,6 +3,7 @@
   flash_fwd_n4096_d128_7impls_raw.csv  the flash-attention-fwd ncu pass at B=4 H=16 N=4096 D=128
                                        fp16: naive (4 kernels), fused_mha, triton_flash, sdpa_*, ...
   softmax3_raw.csv                     the softmax ncu pass of tests/fixtures/capture.sh
+  flash_bwd_n4096_d128_6impls_raw.csv  the flash-attention-bwd ncu pass at the same shape
   layernorm_raw.csv                    the layernorm experiment's ncu pass, the raw page the harness
                                        kept (runs/examples/20261122T031036Z-layernorm-884c/raw/ncu)
   sections_only_*_raw.csv              standard sections, no --metrics (capture_source.sh)
@@ -34,12 +35,17 @@ CAL = json.loads((FIX / "runs" / ".calibration" / "nvidia-h200.json").read_text(
 CEIL = Ceilings.from_calibration(CAL)
 FLASH = "flash_fwd_n4096_d128_7impls_raw.csv"
 SHAPE = "B=4.H=16.N=4096.D=128.causal=false.mode=fwd.float16"
+BWD = "flash_bwd_n4096_d128_6impls_raw.csv"  # the flash_bwd ncu pass, same shape (capture.sh)
+BWD_SHAPE = SHAPE.replace("fwd", "bwd")
 GOLDEN = [  # label, capture, op, case
     ("naive attention", FLASH, "attention", f"naive.{SHAPE}"),
     ("triton_flash", FLASH, "attention", f"triton_flash.{SHAPE}"),
     ("sdpa_cudnn", FLASH, "attention", f"sdpa_cudnn.{SHAPE}"),
     ("softmax", "softmax3_raw.csv", "softmax", "triton.M=8192.N=8192.float16"),
     ("layernorm", "layernorm_raw.csv", "layernorm", "triton.M=8192.N=4096.mode=fwd.float16"),
+    ("naive attention bwd", BWD, "attention", f"naive.{BWD_SHAPE}"),
+    ("sdpa_cudnn bwd", BWD, "attention", f"sdpa_cudnn.{BWD_SHAPE}"),
+    ("triton_flash bwd", BWD, "attention", f"triton_flash.{BWD_SHAPE}"),
 ]
 
 

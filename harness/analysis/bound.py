@@ -2,7 +2,8 @@
 than the op needs it moved.
 
     compute = max(SM %, tensor pipe %)          memory = max(memory %, DRAM %)     (% of peak)
-    bound   = the larger of the two, when it is >= 60 % of peak (compute wins a tie)
+    bound   = the larger of the two, when it is >= 60 % of peak (compute wins a tie); memory
+              with DRAM < 30 % is "memory-bound (on-chip)": L1/shared or L2 is the busy unit
             = latency, when both are under 60 %: no unit is busy, the warps wait
     class   = MMA kernel when the tensor pipe is active >= 10 % of the time, else reduction /
               elementwise (decided from the counters, never from the impl's name; for a case of
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 BOUND_PCT = 60.0  # a unit this busy is the limiter (ncu's own rule of thumb for its SOL section)
 MMA_TENSOR_PCT = 10.0  # tensor pipe active at least this share of the time: an MMA kernel
+ON_CHIP_DRAM_PCT = 30.0  # memory-bound with DRAM under this: L1/shared or L2 is the busy unit
 
 
 def num(facts: dict, key: str) -> float | None:
@@ -85,9 +87,12 @@ def decide(b: Breakdown) -> Bound:
             lead = _pct("memory", b.memory) if b.memory == memory else _pct("DRAM", b.dram)
             rest = [_pct("DRAM", b.dram) if b.memory == memory else _pct("memory", b.memory),
                     _pct("SM", b.sm)]
+
         inner = ", ".join(x for x in rest if x)
         inner = "; ".join(x for x in (inner, weighted) if x)
-        text = f"{kind}-bound: {lead} >= {BOUND_PCT:.0f}%" + (f" ({inner})" if inner else "")
+        where = " (on-chip)" if kind == "memory" and on_chip(b) else ""
+        text = f"{kind}-bound{where}: {lead} >= {BOUND_PCT:.0f}%" + (f" ({inner})" if inner
+                                                                        else "")
     else:
         kind = "latency"
         units = [_pct("SM", b.sm), _pct("memory", b.memory), _pct("DRAM", b.dram)]
@@ -98,6 +103,14 @@ def decide(b: Breakdown) -> Bound:
         return Bound(kind, None, text, None)
     mma = t >= MMA_TENSOR_PCT
     return Bound(kind, mma, text, f"{'MMA kernel' if mma else 'no MMA'} (tensor pipe {t:.0f}%)")
+
+
+def on_chip(b: Breakdown) -> bool:
+    """Memory-busy but not on DRAM: ncu's memory % (the busiest of L1/shared, L2 and DRAM) is
+    >= BOUND_PCT while DRAM itself is under ON_CHIP_DRAM_PCT (sdpa_cudnn's backward on an H200:
+    memory 67%, DRAM 9%): the bytes that cost time never leave the chip."""
+    return (b.memory is not None and b.memory >= BOUND_PCT and b.dram is not None
+            and b.dram < ON_CHIP_DRAM_PCT)
 
 
 def counted_dram_bytes(facts: dict) -> float | None:

@@ -12,7 +12,8 @@ ncu breakdown the verdict is the analytic roofline placement ("... (analytic pla
 Levers, first match wins (X = excess traffic, T = tensor pipe %, DRAM roof = the counted DRAM
 rate / the measured copy rate, else ncu's DRAM % of peak against 75 %, about 85 % of what a copy
 reaches on H100/H200):
-  1. X >= 1.3 and (memory-bound or DRAM >= 30%)    -> traffic: fuse / keep intermediates on chip
+  1. X >= 1.3 and (memory-bound on DRAM or DRAM >= 30%) -> traffic: fuse / keep intermediates
+     on chip (memory-bound on-chip, DRAM < 30%: extra DRAM bytes cost nothing; the rules below)
   2. memory-bound, X < 1.3 or not counted, DRAM roof >= 85% -> at the memory roof: done
   3. MMA kernel, compute-bound, T >= 70%           -> at the tensor-core roof: done
   4. MMA kernel, T < 70%, barrier / short_scoreboard / mio_throttle / wait among the top two
@@ -30,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.analysis.bound import (Bound, Breakdown, counted_dram_bytes, decide,
-                                    excess_traffic, num)
+                                    excess_traffic, num, on_chip)
 from harness.analysis.roofline import Ceilings, Placement, place, place_counted
 
 TRAFFIC_X = 1.3  # counted DRAM bytes over the op's minimum from which traffic is the lever
@@ -135,7 +136,8 @@ def next_lever(bound: Bound, b: Breakdown, facts: dict, excess: float | None,
     top = stalls[0] if stalls else None
     below_roof = roof is None or not roof[2]
     if excess is not None and excess >= TRAFFIC_X and (
-            kind == "memory" or (b.dram is not None and b.dram >= TRAFFIC_DRAM_PCT)):
+            (kind == "memory" and not on_chip(b))
+            or (b.dram is not None and b.dram >= TRAFFIC_DRAM_PCT)):
         return (f"traffic: {_x(excess)} the minimum bytes moved - fuse / keep intermediates "
                 "on chip"), False
     if kind == "memory" and (excess is None or excess < TRAFFIC_X) and not below_roof:
