@@ -30,6 +30,9 @@ def _add_run(sub):
     p.add_argument("--against", default=None, metavar="RUN|none|auto",
                    help="the run the since-last-run block compares with (default auto: the "
                         "latest earlier comparable run in --out; none: no block)")
+    p.add_argument("--retune", action="store_true",
+                   help="time the Tuners' candidates again even where the previous run of "
+                        "unchanged code picked them (default: its picks are kept)")
 
 
 def _sigterm_as_interrupt(signum, frame):
@@ -56,7 +59,7 @@ def _cmd_run(a, console: Console) -> int:
             run_dir = runner.start(a.experiment, out_root=a.store, smoke=a.smoke,
                                    cases_filter=a.cases, device=a.device, console=console,
                                    argv=sys.argv[1:], gpus=a.gpus, ray=a.ray,
-                                   against=a.against)
+                                   against=a.against, retune=a.retune)
     except Interrupted as exc:
         run_dir = exc.args[0] if exc.args else None
         console.print("[yellow]interrupted[/]: the partial run is stored; finish it with "

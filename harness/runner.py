@@ -86,6 +86,11 @@ class Runner:
             elif ev["event"] == "done":
                 progress.advance(tasks[name])
 
+        if not self.manifest.get("retune") and "tuner_picks_from" not in self.manifest:
+            from harness.previous import inherit_picks
+
+            self.manifest = store.update_manifest(
+                self.run_dir, tuner_picks_from=inherit_picks(self.run_dir, self.op))
         order, cost, limits = self.plan()
         left = set().union(*(self._todo(p) for p in MEASURE_PASSES))
         todo_ids = [c for c in order if c in left]
@@ -113,6 +118,7 @@ class Runner:
                 or self.executor.kind not in ("local", "gpus") or not check_ids):
             return
         from harness.executors.warm import compile_ahead
+        from harness.previous import compiled_before
         from harness.worker import WARM_BACKENDS, _registered_impl
 
         frame = store.load_cases(self.run_dir)
@@ -407,47 +413,6 @@ def previous_medians(run_dir: Path) -> dict[str, float]:
     return {}
 
 
-def compiled_before(run_dir: Path, impl_of: dict[str, str], op) -> set[str]:
-    """The cases of `impl_of` (case_id -> registered impl) whose kernels are already in this
-    host's compile caches: the latest other run of the same experiment on this host, with the
-    same torch and triton, checked them with the impl's code unchanged (same code_hash)."""
-    import socket
-
-    from harness.provenance import code_hash
-
-    m = store.load_manifest(run_dir)
-    env, name = m.get("env") or {}, (m.get("experiment") or {}).get("name")
-    host = socket.gethostname()
-    for row in reversed(store.list_runs(Path(run_dir).parent)):
-        if row["run_id"] == Path(run_dir).name or row.get("error"):
-            continue
-        if row.get("experiment") != name or row.get("device") != m.get("device"):
-            continue
-        try:
-            old_env = store.load_manifest(row["path"]).get("env") or {}
-            if any(old_env.get(k) != env.get(k) for k in ("torch", "triton", "hostname")) \
-                    or env.get("hostname") != host:
-                return set()
-            res = store.load_results(row["path"])
-        except HarnessError:
-            return set()
-        if "code_hash" not in res.columns:
-            return set()
-        before = dict(zip(res.case_id, res.code_hash))
-        hashes: dict[str, str | None] = {}
-        out = set()
-        for case, impl in impl_of.items():
-            if impl not in hashes:
-                try:
-                    hashes[impl] = code_hash(op.get_impl(impl).fn)
-                except Exception:  # no hash, no claim that it is compiled
-                    hashes[impl] = None
-            if hashes[impl] is not None and before.get(case) == hashes[impl]:
-                out.add(case)
-        return out
-    return set()
-
-
 def _log_problem(prof_name: str, text: str) -> str | None:
     if prof_name == "ncu":
         from harness.profilers.ncu import check_log
@@ -470,7 +435,7 @@ def detect_device(requested: str | None) -> tuple[str, str]:
 
 def start(exp_path: str, *, out_root: str, smoke: bool | None, cases_filter: str | None,
           device: str | None, console: Console, argv: list[str], gpus: str | None = None,
-          ray: str | None = None, against: str | None = None) -> Path:
+          ray: str | None = None, against: str | None = None, retune: bool = False) -> Path:
     from harness.analysis import pairing
 
     exp = spec.load(exp_path)  # SpecError before anything is written
@@ -505,6 +470,7 @@ def start(exp_path: str, *, out_root: str, smoke: bool | None, cases_filter: str
         "executor": executor.describe(),
         "driver": store.driver_record(),
         "against": asked.as_dict() if asked else None,  # None: found at the end of the run
+        "retune": retune,  # True: no Tuner pick taken over from the previous run
     }
     run_dir = store.create_run(out_root, exp.name, manifest)
     store.write_table(run_dir, "cases", cases_frame(cases))

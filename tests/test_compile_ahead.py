@@ -156,7 +156,7 @@ def test_cases_compiled_by_the_previous_run_on_this_host_are_not_warmed_again(tm
 
     from harness.provenance import code_hash
     from harness.registry import registry
-    from harness.runner import compiled_before
+    from harness.previous import compiled_before
 
     op = registry().get_op("scale2")
     env = {"device": "cpu", "hostname": socket.gethostname(), "torch": "2.x", "triton": "3.x"}

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from harness import provenance, store
+from test_executors import test_ops  # noqa: F401  (fixture: the self-test op in-process)
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
@@ -212,3 +213,42 @@ def test_a_bad_variant_is_one_line_exit_2_and_writes_nothing(tmp_path):
     assert len(lines) == 1 and "variants.triton.num_warps[0]" in lines[0]
     assert "valid: 1, 4, 8, 16, 32" in lines[0]
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_the_next_run_of_unchanged_code_keeps_the_picks_and_retune_times_again(tmp_path,
+                                                                            test_ops):
+    from harness.previous import inherit_picks
+    from harness.registry import registry
+
+    exp = tmp_path / "t.yaml"
+    exp.write_text("name: tuned\nop: scale2\nbaseline: torch\ncandidates: [tuned]\n"
+                   "sweep: {N: [64, 100]}\ndtypes: [float32]\n")
+    log = tmp_path / "launches.log"
+    env = {**ENV, "HARNESS_TEST_TUNE_LOG": str(log)}
+    out = tmp_path / "runs"
+    assert _run("run", str(exp), "--out", str(out), env=env).returncode == 0
+    first = _only_run(out)
+    assert len(log.read_text().split()) == 2 * 3 and \
+        store.load_manifest(first)["tuner_picks_from"] is None
+    p = _run("run", str(exp), "--out", str(out), env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    second = sorted(d for d in out.iterdir() if d.is_dir() and d != first)[-1]
+    assert len(log.read_text().split()) == 2 * 3  # nothing timed again
+    assert store.load_manifest(second)["tuner_picks_from"] == first.name
+    res = store.load_results(second).set_index("case_id")
+    assert json.loads(res.config["tuned.N=64.float32"]) == {"scale2.tuned": {"factor": 2}}
+    p = _run("run", str(exp), "--out", str(out), "--retune", env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert len(log.read_text().split()) == 2 * 2 * 3  # timed afresh
+    third = sorted(d for d in out.iterdir() if d.is_dir())[-1]
+    m = store.load_manifest(third)
+    assert m["retune"] is True and "tuner_picks_from" not in m
+    # code that changed since the previous run: nothing is taken over
+    op = registry().get_op("scale2")
+    res = store.load_results(third)
+    store.write_table(third, "results", res.assign(code_hash="0123456789ab"))
+    fresh = store.create_run(out, "tuned", {**store.load_manifest(third), "retune": False})
+    store.write_table(fresh, "cases", store.load_cases(third))
+    assert inherit_picks(fresh, op) is None
+    store.write_table(third, "results", res)
+    assert inherit_picks(fresh, op) == third.name and store.load_tuner_picks(fresh)

@@ -1,0 +1,104 @@
+"""What a run takes over from the previous run of its experiment, when nothing it depends on
+changed: the kernel caches it can count on (compile-ahead skips those cases) and the Tuners'
+launch-config picks (the check pass then times nothing it already timed).
+
+    compiled_before(run_dir, impl_of, op) -> the cases whose kernels this host has compiled:
+        the previous run on this host, same torch and triton, checked them with the same code
+    inherit_picks(run_dir, op)            -> the previous run's id when its tuner_picks.json
+        was copied in: same GPU model, driver, torch and triton, and every implementation the
+        two runs share has the same code_hash (one edited kernel: everything is tuned again)
+
+Why keep picks: candidates within a few percent of each other trade places between processes
+on an H200 (in a 280-case flash A/A pair the Tuner picked a different config for 8 cases, two
+of them 8% slower), so a retune per run moves times that no code change moved; and in the loop
+the picks of unchanged code cost check-pass time for nothing. `run --retune` tunes afresh.
+"""
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from harness import store
+from harness.errors import HarnessError
+
+GPU_KEYS = ("gpu_name", "driver", "torch", "triton")
+
+
+def _previous(run_dir: Path, keys: tuple[str, ...]) -> Path | None:
+    """The latest other run of the same experiment and device in the same store whose env
+    agrees on `keys` (None: the latest such run disagrees, or there is none)."""
+    m = store.load_manifest(run_dir)
+    env, name = m.get("env") or {}, (m.get("experiment") or {}).get("name")
+    for row in reversed(store.list_runs(Path(run_dir).parent)):
+        if row["run_id"] == Path(run_dir).name or row.get("error"):
+            continue
+        if row.get("experiment") != name or row.get("device") != m.get("device"):
+            continue
+        try:
+            old_env = store.load_manifest(row["path"]).get("env") or {}
+        except HarnessError:
+            return None
+        return Path(row["path"]) if all(old_env.get(k) == env.get(k) for k in keys) else None
+    return None
+
+
+def _hashes(op, impls) -> dict[str, str | None]:
+    from harness.provenance import code_hash
+
+    out = {}
+    for impl in impls:
+        try:
+            out[impl] = code_hash(op.get_impl(impl).fn)
+        except Exception:  # no hash, no claim that the code is the same
+            out[impl] = None
+    return out
+
+
+def _old_hashes(prev: Path) -> dict[str, str] | None:
+    """case_id -> code_hash stored by the previous run (None: it stored none)."""
+    try:
+        res = store.load_results(prev)
+    except HarnessError:
+        return None
+    if "code_hash" not in res.columns:
+        return None
+    return {c: h for c, h in zip(res.case_id, res.code_hash) if isinstance(h, str) and h}
+
+
+def compiled_before(run_dir: Path, impl_of: dict[str, str], op) -> set[str]:
+    """The cases of `impl_of` (case_id -> registered impl) whose kernels are already in this
+    host's compile caches (see the module docstring)."""
+    env = store.load_manifest(run_dir).get("env") or {}
+    if env.get("hostname") != socket.gethostname():
+        return set()
+    prev = _previous(run_dir, ("torch", "triton", "hostname"))
+    before = _old_hashes(prev) if prev is not None else None
+    if not before:
+        return set()
+    now = _hashes(op, set(impl_of.values()))
+    return {c for c, impl in impl_of.items() if now[impl] is not None and before.get(c) == now[impl]}
+
+
+def inherit_picks(run_dir: Path, op) -> str | None:
+    """Copy the previous run's Tuner picks into `run_dir` when the code is unchanged (see the
+    module docstring); returns that run's id, or None when nothing was copied."""
+    from harness.worker import _registered_impl
+
+    if store.tuner_picks_path(run_dir).exists():  # a resumed run keeps its own
+        return None
+    prev = _previous(run_dir, GPU_KEYS)
+    picks = store.load_tuner_picks(prev) if prev is not None else None
+    before = _old_hashes(prev) if picks else None
+    if not before:
+        return None
+    cases = store.load_cases(run_dir)
+    prev_impl = {r.case_id: _registered_impl(r) for r in store.load_cases(prev).itertuples()}
+    old: dict[str, set[str]] = {}
+    for case, h in before.items():
+        old.setdefault(prev_impl.get(case), set()).add(h)
+    now = _hashes(op, {_registered_impl(r) for r in cases.itertuples()})
+    shared = [i for i in now if i in old]
+    if not shared or any(now[i] is None or old[i] != {now[i]} for i in shared):
+        return None
+    store.save_tuner_picks(run_dir, picks)
+    return prev.name
