@@ -76,7 +76,8 @@ def compiled_before(run_dir: Path, impl_of: dict[str, str], op) -> set[str]:
     if not before:
         return set()
     now = _hashes(op, set(impl_of.values()))
-    return {c for c, impl in impl_of.items() if now[impl] is not None and before.get(c) == now[impl]}
+    return {c for c, impl in impl_of.items()
+            if now[impl] is not None and before.get(c) == now[impl]}
 
 
 def inherit_picks(run_dir: Path, op) -> str | None:
