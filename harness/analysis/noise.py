@@ -194,8 +194,7 @@ def aa_log_ratios(a: Path, b: Path) -> np.ndarray:
 def aa_ratios(a: Path, b: Path) -> pd.Series:
     """|log(median_a / median_b)| indexed by impl, over the cases of an A/A run pair that ran the
     same code: a case whose both runs stored a `code_hash` counts when the hashes (and launch
-    configs) match;
-    one without counts when both runs were made from the same clean commit."""
+    configs) match; one without counts when both runs were made from the same clean commit."""
     ra, rb = _ok_medians(a), _ok_medians(b)
     ga, gb = (_code_identity(store.load_manifest(d)) for d in (a, b))
     same_commit = ga is not None and ga == gb
