@@ -89,8 +89,11 @@ class Runner:
         if not self.manifest.get("retune") and "tuner_picks_from" not in self.manifest:
             from harness.previous import inherit_picks
 
-            self.manifest = store.update_manifest(
-                self.run_dir, tuner_picks_from=inherit_picks(self.run_dir, self.op))
+            try:
+                source = inherit_picks(self.run_dir, self.op)
+            except HarnessError:  # an unreadable earlier run: this one tunes, as with none
+                source = None
+            self.manifest = store.update_manifest(self.run_dir, tuner_picks_from=source)
         order, cost, limits = self.plan()
         left = set().union(*(self._todo(p) for p in MEASURE_PASSES))
         todo_ids = [c for c in order if c in left]
