@@ -74,6 +74,7 @@ class Worker:
         self.flusher = None
         self.ref_cache = None
         self.code_hashes: dict[str, str] = {}
+        self.warm_capped = False  # the warm pass set its share of GPU memory
         from harness import tuning
 
         tuning.load_picks(store.load_tuner_picks(self.run_dir))
@@ -179,13 +180,13 @@ class Worker:
             return {"status": "skipped", "error": f"backend {impl.backend}: nothing to compile"}
         from harness import tuning
 
-        if self.device == "cuda" and not getattr(self, "_warm_capped", False):
+        if self.device == "cuda" and not self.warm_capped:
             import torch  # several warmers share the GPU: each keeps to its share of memory
 
             frac = float(os.environ.get(WARM_MEMORY_FRACTION_ENV, "0") or 0)
             if 0 < frac < 1:
                 torch.cuda.set_per_process_memory_fraction(frac)
-            self._warm_capped = True
+            self.warm_capped = True
         fn, _ = self._prepare(impl, params, dtype, case_id)
         with tuning.compile_only():
             fn()

@@ -281,12 +281,6 @@ def _outlier_cut(x: np.ndarray, default: float) -> float:
     return max(q3 + 3 * (q3 - q1), math.log1p(2 * default))
 
 
-def _without_outliers(x: np.ndarray, default: float) -> tuple[np.ndarray, int]:
-    """Drop |log ratios| beyond both the far-out fence and twice the default floor."""
-    keep = x <= _outlier_cut(x, default)
-    return x[keep], int((~keep).sum())
-
-
 def floor_for(*run_dirs, floor: float | None = None) -> NoiseFloor:
     """The floor for comparing these runs: `floor` when given, else learned from the A/A pairs
     in their stores on the machine of the last run."""

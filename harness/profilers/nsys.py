@@ -16,6 +16,7 @@ nsys is looked for on PATH, in $HARNESS_NSYS, and inside a Nsight Compute instal
 """
 from __future__ import annotations
 
+import bisect
 import csv
 import glob
 import io
@@ -204,8 +205,6 @@ def _kernels_by_window(out_dir: Path) -> dict[str, dict[str, tuple[float, float]
     if not (api_f.exists() and gpu_f.exists() and spans):
         return None
     starts = [s for s, _, _ in spans]
-    import bisect
-
     case_of: dict[str, str] = {}  # correlation id -> case
     for r in read_stats_csv(api_f):
         start, corr = _f(r.get("Start (ns)")), _col(r, "CorrID", "CorrId")
