@@ -2,6 +2,8 @@
 changed: the kernel caches it can count on (compile-ahead skips those cases) and the Tuners'
 launch-config picks (the check pass then times nothing it already timed).
 
+    previous_medians(run_dir)             -> case_id -> the latest earlier run's median ms (the
+        scheduler's longest-first estimate)
     compiled_before(run_dir, impl_of, op) -> the cases whose kernels this host has compiled:
         the previous run on this host, same torch and triton, checked them with the same code
     inherit_picks(run_dir, op)            -> the previous run's id when its tuner_picks.json
@@ -15,6 +17,7 @@ the picks of unchanged code cost check-pass time for nothing. `run --retune` tun
 """
 from __future__ import annotations
 
+import math
 import socket
 from pathlib import Path
 
@@ -24,22 +27,41 @@ from harness.errors import HarnessError
 GPU_KEYS = ("gpu_name", "driver", "torch", "triton")
 
 
-def _previous(run_dir: Path, keys: tuple[str, ...]) -> Path | None:
-    """The latest other run of the same experiment and device in the same store whose env
-    agrees on `keys` (None: the latest such run disagrees, or there is none)."""
+def earlier_runs(run_dir: Path):
+    """The other runs of the same experiment and device in the same store, newest first."""
     m = store.load_manifest(run_dir)
-    env, name = m.get("env") or {}, (m.get("experiment") or {}).get("name")
+    name = (m.get("experiment") or {}).get("name")
     for row in reversed(store.list_runs(Path(run_dir).parent)):
         if row["run_id"] == Path(run_dir).name or row.get("error"):
             continue
-        if row.get("experiment") != name or row.get("device") != m.get("device"):
-            continue
+        if row.get("experiment") == name and row.get("device") == m.get("device"):
+            yield Path(row["path"])
+
+
+def _previous(run_dir: Path, keys: tuple[str, ...]) -> Path | None:
+    """The latest earlier run (earlier_runs) when its env agrees on `keys`, else None."""
+    env = store.load_manifest(run_dir).get("env") or {}
+    for prev in earlier_runs(run_dir):
         try:
-            old_env = store.load_manifest(row["path"]).get("env") or {}
+            old_env = store.load_manifest(prev).get("env") or {}
         except HarnessError:
             return None
-        return Path(row["path"]) if all(old_env.get(k) == env.get(k) for k in keys) else None
+        return prev if all(old_env.get(k) == env.get(k) for k in keys) else None
     return None
+
+
+def previous_medians(run_dir: Path) -> dict[str, float]:
+    """case_id -> median ms in the latest earlier run that has medians (the scheduler's best
+    estimate of what a case costs); {} when there is none."""
+    for prev in earlier_runs(run_dir):
+        try:
+            res = store.load_results(prev)
+        except HarnessError:
+            continue
+        if "median_ms" in res.columns and len(res):
+            return {c: float(v) for c, v in zip(res.case_id, res.median_ms)
+                    if v is not None and math.isfinite(float(v))}
+    return {}
 
 
 def _hashes(op, impls) -> dict[str, str | None]:

@@ -1,4 +1,5 @@
-"""Orchestrates a run: spec -> run dir -> worker passes (check, time, ncu, nsys) -> tables.
+"""Orchestrates a run: spec -> run dir -> worker passes (compile-ahead, check, time, then the
+profiler passes of harness.profiler_passes: ncu, nsys) -> tables.
 
 The orchestrator never initialises CUDA: every pass runs in `python -m harness worker`, wrapped
 by ncu/nsys for the profiler passes. A worker that dies (illegal address, segfault) costs the
@@ -7,9 +8,7 @@ Ctrl-C leaves a readable partial run (status `interrupted`); `harness run --resu
 """
 from __future__ import annotations
 
-import math
 import random
-import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,10 +21,10 @@ from harness import spec, store
 from harness.errors import HarnessError
 from harness.executors import Executor, make_executor
 from harness.executors.base import from_manifest
-from harness.executors.process import (Interrupted, describe_rc, stream, todo, worker_argv,
-                                       worker_env)
-from harness.executors.schedule import (case_costs, case_timeout_s, longest_first,
-                                        shard_by_impl)
+from harness.executors.process import Interrupted, todo
+from harness.executors.schedule import case_costs, case_timeout_s, longest_first
+from harness.previous import previous_medians
+from harness.profiler_passes import ProfilerPasses
 from harness.registry import get_op
 from harness.results import cases_frame, consolidate
 
@@ -33,7 +32,7 @@ MEASURE_PASSES = ("check", "time")
 PASS_ORDER = ("compile", "check", "time", "check+time", "ncu", "nsys", "torch_profiler")
 
 
-class Runner:
+class Runner(ProfilerPasses):
     def __init__(self, run_dir: Path, console: Console, executor: Executor | None = None):
         self.run_dir = Path(run_dir)
         self.console = console
@@ -120,204 +119,33 @@ class Runner:
         if (self.device != "cuda" or not self.exp.timing.compile_ahead
                 or self.executor.kind not in ("local", "gpus") or not check_ids):
             return
-        from harness.executors.warm import compile_ahead
-        from harness.previous import compiled_before
-        from harness.worker import WARM_BACKENDS, _registered_impl
+        from harness.executors.warm import compile_ahead, warm_cases
 
-        frame = store.load_cases(self.run_dir)
-        base = {r.case_id: _registered_impl(r) for r in frame.itertuples()}
-        ids = [c for c in check_ids if self._backend(base.get(c)) in WARM_BACKENDS]
-        cached = compiled_before(self.run_dir, {c: base[c] for c in ids}, self.op)
-        ids = [c for c in ids if c not in cached]
-        if cached:
-            self.manifest = store.update_manifest(
-                self.run_dir, compile_ahead={"skipped": len(cached), "why": "checked on this "
-                                             "host by the previous run with the same code"})
-        if not ids:
-            return
-        task = progress.add_task("compile", total=len(ids))
+        ids, skipped = warm_cases(self.run_dir, self.op, check_ids)
+        out = {"workers": 0, "cases": 0, "wall_s": 0.0}
+        if ids:
+            task = progress.add_task("compile", total=len(ids))
 
-        def on_event(ev):
-            if ev.get("name") != "warm":
-                return
-            if ev["event"] == "start":
-                progress.update(task, description=f"compile {ev['case_id']}")
-            elif ev["event"] == "done":
-                progress.advance(task)
+            def on_event(ev):
+                if ev.get("name") != "warm":
+                    return
+                if ev["event"] == "start":
+                    progress.update(task, description=f"compile {ev['case_id']}")
+                elif ev["event"] == "done":
+                    progress.advance(task)
 
-        gpus = getattr(self.executor, "gpus", None) or [None]
-        out = compile_ahead(self.run_dir, ids, device=self.device, limits=limits, gpus=gpus,
-                            on_event=on_event)
-        progress.update(task, description="compile", completed=len(ids))
+            out = compile_ahead(self.run_dir, ids, device=self.device, limits=limits,
+                                gpus=getattr(self.executor, "gpus", None) or [None],
+                                on_event=on_event)
+            progress.update(task, description="compile", completed=len(ids))
         if out["workers"]:
             self.pass_wall["compile"] = out["wall_s"]
-            self.manifest = store.update_manifest(self.run_dir, compile_ahead={
-                **out, "skipped": len(cached)})
-
-    def _backend(self, impl: str | None) -> str | None:
-        try:
-            return self.op.get_impl(impl).backend if impl else None
-        except Exception:  # an impl the registry no longer has: the check pass says so
-            return None
+        if ids or skipped:  # skipped: checked on this host by the previous run of the same code
+            self.manifest = store.update_manifest(self.run_dir,
+                                                  compile_ahead={**out, "skipped": skipped})
 
     def _log(self, name: str) -> Path:
         return store.raw_dir(self.run_dir, "logs") / f"{name}.log"
-
-    # -- profiler passes ------------------------------------------------------------------------
-    def profile_cases(self, which) -> list[str]:
-        cases = store.load_cases(self.run_dir)
-        runnable = cases[cases.status.isin(["ok", "failed"])]
-        if which == "all":
-            return list(runnable.case_id)
-        if which == "first":
-            first = runnable.shape_id.iloc[0] if len(runnable) else None
-            return list(runnable[runnable.shape_id == first].case_id)
-        return [r.case_id for r in runnable.itertuples()
-                if any(spec.glob_matches(r.case_id, f"{r.impl}.{r.shape_id}", p) for p in which)]
-
-    def profile(self, progress: Progress, prof_name: str, options) -> None:
-        from harness.profilers import base
-
-        prof = base.get(prof_name)
-        avail = prof.availability()
-        if not avail.ok:
-            self._set_pass(prof_name, f"skipped: {avail.detail}")
-            return
-        cases = self.profile_cases(options.cases if hasattr(options, "cases") else "all")
-        if not cases:
-            self._set_pass(prof_name, "skipped: no runnable case to profile")
-            return
-        # one report per pass: a pass stopped half-way (Ctrl-C, timeout) is redone whole,
-        # not just for the cases its worker had not reached
-        store.clear_parts(self.run_dir, prof_name)
-        task = progress.add_task(prof_name, total=len(cases))
-        options = prof.prepare(options, store.load_cases(self.run_dir), cases)
-        shards = self._profile_shards(prof_name, cases)
-
-        per_case: dict[str, float] = {}
-        began: dict[str, float] = {}
-        lock = threading.Lock()
-
-        def on_event(ev):  # per-case wall time under the profiler (replay passes included)
-            with lock:
-                if ev["event"] == "start":
-                    began[ev["case_id"]] = time.monotonic()
-                    progress.update(task, description=f"{prof_name} {ev['case_id']}")
-                elif ev["event"] == "done":
-                    per_case[ev["case_id"]] = round(time.monotonic() - began[ev["case_id"]], 2)
-                    progress.advance(task)
-
-        started = time.monotonic()
-        outcome: dict[int, tuple[int, bool]] = {}
-
-        def one(i: int, gpu, ids: list[str], out_dir: Path):
-            argv = prof.command(worker_argv(self.run_dir, "torch_profiler" if prof_name ==
-                                            "torch_profiler" else "profile", self.device, ids,
-                                            tag=prof_name,
-                                            shard=f"gpu{gpu}" if len(shards) > 1 else None),
-                                out_dir, options)
-            env = {**worker_env(self.device, gpu), **prof.env()}
-            outcome[i] = stream(argv, env, out_dir / f"{prof_name}.log", on_event,
-                                timeout=options.timeout_s)
-
-        if len(shards) == 1:
-            one(0, *shards[0])
-        else:  # one profiler process per GPU, side by side
-            interrupted: list[BaseException] = []
-
-            def guarded(i, *args):
-                try:
-                    one(i, *args)
-                except BaseException as exc:  # Interrupted: re-raised below
-                    interrupted.append(exc)
-
-            threads = [threading.Thread(target=guarded, args=(i, *sh), daemon=True)
-                       for i, sh in enumerate(shards)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                while t.is_alive():
-                    t.join(0.2)
-            if interrupted:
-                raise interrupted[0]
-        wall = time.monotonic() - started
-        self.pass_wall[prof_name] = round(wall, 2)
-        progress.update(task, description=prof_name)
-
-        frames, tables, states = [], {}, []
-        for i, (_gpu, ids, out_dir) in enumerate(shards):
-            log = out_dir / f"{prof_name}.log"
-            rc, timed_out = outcome.get(i, (1, False))
-            problem = _log_problem(prof_name, log.read_text(errors="replace")
-                                   if log.exists() else "")
-            if problem and "ERR_NVGPUCTRPERM" in problem:
-                self._set_pass(prof_name, f"skipped: {problem}")
-                return
-            if timed_out:
-                states.append(f"failed: timed out after {options.timeout_s:g} s (log: {log})")
-            elif rc != 0:
-                states.append(f"failed: exit {describe_rc(rc)}"
-                              f"{': ' + problem if problem else ''} (log: {log})")
-            try:
-                if prof_name == "torch_profiler":
-                    self._write_torch_profiler_kernels(out_dir, ids)
-                prof.export(out_dir)
-                frames.append(prof.parse(out_dir))
-            except Exception as exc:  # keep the timing results and the raw files whatever happens
-                self._set_pass(prof_name, f"failed: {type(exc).__name__}: {exc}")
-                return
-            try:  # tables besides metrics (ncu: source lines); a failure costs only them
-                for name, table in prof.extra_tables(out_dir).items():
-                    tables.setdefault(name, []).append(table)
-            except Exception as exc:
-                states.append(f"done (source lines failed: {type(exc).__name__}: {exc})")
-        import pandas as pd
-
-        frames = [f for f in frames if len(f)]
-        self._merge_metrics(prof.source, pd.concat(frames, ignore_index=True) if frames
-                            else pd.DataFrame(columns=store.METRIC_COLUMNS))
-        for name, parts in tables.items():
-            store.write_table(self.run_dir, name, pd.concat(parts, ignore_index=True))
-        timing = {"wall_s": round(wall, 2), "cases": len(cases), "per_case_s": per_case}
-        if len(shards) > 1:
-            timing["gpus"] = {str(g): len(ids) for g, ids, _ in shards}
-        self.manifest = store.update_manifest(
-            self.run_dir, profiler_wall_s={**self.manifest.get("profiler_wall_s", {}),
-                                           prof_name: timing})
-        failed = [st for st in states if st.startswith("failed")]
-        self._set_pass(prof_name, failed[0] if failed else (states[0] if states else "done"))
-
-    def _profile_shards(self, prof_name: str, cases: list[str]) -> list[tuple]:
-        """(gpu, case ids, out dir) per profiler process: one on one GPU (raw/<prof>/), else an
-        implementation's cases together on one GPU, each GPU writing raw/<prof>/gpu<i>/."""
-        out_dir = store.raw_dir(self.run_dir, prof_name)
-        gpus = self.executor.profiler_gpus()
-        if len(gpus) <= 1 or len(cases) <= 1:
-            return [(gpus[0] if gpus else None, cases, out_dir)]
-        frame = store.load_cases(self.run_dir)
-        impl_of = dict(zip(frame.case_id, frame.impl))
-        _, cost, _ = self.plan()
-        parts = shard_by_impl(cases, impl_of, cost, len(gpus))
-        return [(g, ids, store.raw_dir(self.run_dir, prof_name, f"gpu{g}"))
-                for g, ids in zip(gpus, parts) if ids]
-
-    def _write_torch_profiler_kernels(self, out_dir: Path, ids: list[str]) -> None:
-        from harness.profilers.torch_profiler import KERNELS_FILE
-
-        recs = store.read_parts(self.run_dir, "torch_profiler")
-        keep = set(ids)
-        per_case = {r["case_id"]: r.get("kernels", []) for r in recs
-                    if r["status"] == "ok" and r["case_id"] in keep}
-        store.write_json(out_dir / KERNELS_FILE, per_case)
-
-    def _merge_metrics(self, source: str, df) -> None:
-        import pandas as pd
-
-        old = store.load_metrics(self.run_dir)
-        old = old[old.source != source] if len(old) else old
-        frames = [f for f in (old, df) if len(f)]
-        merged = pd.concat(frames, ignore_index=True) if frames else df
-        store.write_table(self.run_dir, "metrics", merged)
 
     # -- the whole run ----------------------------------------------------------------------------
     def run(self) -> None:
@@ -337,35 +165,6 @@ class Runner:
         self.pass_wall["total"] = round(time.monotonic() - t0, 2)
         self.manifest = store.update_manifest(self.run_dir, pass_wall_s=self.pass_wall,
                                               executor=self.executor.describe())
-
-    def _profilers(self, progress: Progress) -> None:
-        prof = self.exp.profile
-        if self.device != "cuda":
-            for name, opts in (("ncu", prof.ncu), ("nsys", prof.nsys)):
-                if opts is not None and opts.enabled:
-                    self._set_pass(name, "skipped: no CUDA device (ncu and nsys need an "
-                                         "NVIDIA GPU)")
-            return
-        if self.executor.kind == "ray" and not envmod.cuda_device_present()[0]:
-            for name, opts in (("ncu", prof.ncu), ("nsys", prof.nsys)):
-                if opts is not None and opts.enabled:
-                    self._set_pass(name, "skipped: the Ray driver has no GPU (the profiler "
-                                         "passes run on the driver's first GPU)")
-            return
-        if prof.ncu is not None and prof.ncu.enabled and not self._done("ncu"):
-            self.profile(progress, "ncu", prof.ncu)
-        if prof.nsys is not None and prof.nsys.enabled and not self._done("nsys"):
-            from harness.profilers.nsys import Nsys
-
-            if Nsys().is_available():
-                self.profile(progress, "nsys", prof.nsys)
-            else:
-                self._set_pass("nsys", f"skipped: {Nsys().availability().detail}; "
-                                       "kernel table from torch.profiler instead")
-                self.profile(progress, "torch_profiler", prof.nsys)
-
-    def _done(self, name: str) -> bool:
-        return self.passes.get(name, "").startswith(("done", "skipped"))
 
     def finish(self) -> None:
         from harness.analysis.validity import annotate
@@ -394,34 +193,6 @@ def wall_line(walls: dict[str, float]) -> str:
     by `show` at the end of a run; stored as the manifest's pass_wall_s)."""
     keys = [k for k in PASS_ORDER if k in walls] + ["total"]
     return "wall: " + " · ".join(f"{k} {walls[k]:.1f} s" for k in keys if k in walls)
-
-
-def previous_medians(run_dir: Path) -> dict[str, float]:
-    """case_id -> median ms in the latest other run of the same experiment under the same root
-    (the scheduler's best estimate of what a case costs); {} when there is none."""
-    m = store.load_manifest(run_dir)
-    name = (m.get("experiment") or {}).get("name")
-    for row in reversed(store.list_runs(Path(run_dir).parent)):
-        if row["run_id"] == Path(run_dir).name or row.get("error"):
-            continue
-        if row.get("experiment") != name or row.get("device") != m.get("device"):
-            continue
-        try:
-            res = store.load_results(row["path"])
-        except HarnessError:
-            continue
-        if "median_ms" in res.columns and len(res):
-            return {c: float(v) for c, v in zip(res.case_id, res.median_ms)
-                    if v is not None and math.isfinite(float(v))}
-    return {}
-
-
-def _log_problem(prof_name: str, text: str) -> str | None:
-    if prof_name == "ncu":
-        from harness.profilers.ncu import check_log
-
-        return check_log(text)
-    return None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from harness import store
 from harness.executors.base import Executor
-from harness.executors.process import Interrupted, run_shard
+from harness.executors.process import Interrupted, run_shard, run_threads
 from harness.executors.schedule import shard
 
 
@@ -60,18 +60,7 @@ class GpuExecutor(Executor):
                 errors.append(exc)
                 stop.set()
 
-        threads = [threading.Thread(target=one, args=(g, ids), name=f"gpu{g}", daemon=True)
-                   for g, ids in self.plan(case_ids, cost).items() if ids]
-        for t in threads:
-            t.start()
-        try:
-            while any(t.is_alive() for t in threads):
-                for t in threads:
-                    t.join(0.2)
-        except KeyboardInterrupt:
-            stop.set()
-            for t in threads:
-                t.join()
-            raise Interrupted() from None
+        run_threads([threading.Thread(target=one, args=(g, ids), name=f"gpu{g}", daemon=True)
+                     for g, ids in self.plan(case_ids, cost).items() if ids], stop)
         if errors:
             raise errors[0]

@@ -141,6 +141,22 @@ def describe_rc(rc: int) -> str:
     return str(rc)
 
 
+def run_threads(threads: list[threading.Thread], stop: threading.Event) -> None:
+    """Start `threads` and wait for them all; Ctrl-C sets `stop` (their workers' watchdogs
+    kill the process groups), waits for them to wind down and raises Interrupted."""
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)
+    except KeyboardInterrupt:
+        stop.set()
+        for t in threads:
+            t.join()
+        raise Interrupted() from None
+
+
 def todo(run_dir: Path, pass_name: str, case_ids: list[str]) -> list[str]:
     done = {r["case_id"] for r in store.read_parts(run_dir, pass_name)}
     return [c for c in case_ids if c not in done]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness import store
-from harness.executors.process import Interrupted, stream, todo, worker_argv, worker_env
+from harness.executors.process import run_threads, stream, todo, worker_argv, worker_env
 from harness.executors.schedule import compile_workers, warm_shards
 
 MEMORY_SHARE = 0.9  # of the GPU's memory, split between the compile-ahead workers
@@ -40,7 +40,6 @@ def compile_ahead(run_dir: Path, case_ids: list[str], *, device: str,
     t0 = time.monotonic()
     lock = threading.Lock()
     stop = stop or threading.Event()
-    errors: list[BaseException] = []
 
     def one(i: int, shard_ids: list[str]) -> None:
         gpu = gpus[i % len(gpus)] if gpus else None
@@ -61,26 +60,29 @@ def compile_ahead(run_dir: Path, case_ids: list[str], *, device: str,
 
         env = {**worker_env(device, gpu), "HARNESS_WARM_MEMORY_FRACTION": f"{frac:.3f}"}
         argv = worker_argv(run_dir, "warm", device, shard_ids, shard=f"warm{i}")
-        try:
-            stream(argv, env, store.raw_dir(run_dir, "logs") / f"warm{i}.log", on_ev,
-                   watchdog=expired)
-        except Interrupted as exc:
-            errors.append(exc)
-            stop.set()
+        stream(argv, env, store.raw_dir(run_dir, "logs") / f"warm{i}.log", on_ev,
+               watchdog=expired)  # whatever the exit: best effort, the check pass decides
 
-    threads = [threading.Thread(target=one, args=(i, s), name=f"warm{i}", daemon=True)
-               for i, s in enumerate(shards)]
-    for t in threads:
-        t.start()
-    try:
-        for t in threads:
-            while t.is_alive():
-                t.join(0.2)
-    except KeyboardInterrupt:
-        stop.set()
-        for t in threads:
-            t.join()
-        raise Interrupted() from None
-    if errors:
-        raise Interrupted()
+    run_threads([threading.Thread(target=one, args=(i, s), name=f"warm{i}", daemon=True)
+                 for i, s in enumerate(shards)], stop)
     return {"workers": len(shards), "cases": len(ids), "wall_s": round(time.monotonic() - t0, 2)}
+
+
+def warm_cases(run_dir: Path, op, check_ids: list[str]) -> tuple[list[str], int]:
+    """The check-pass cases worth compiling ahead, in check order: those of implementations that
+    JIT-compile (WARM_BACKENDS), less the ones this host already compiled for the previous run
+    of the same code (harness.previous.compiled_before); and how many of those were left out."""
+    from harness.previous import compiled_before
+    from harness.worker import WARM_BACKENDS, _registered_impl
+
+    base = {r.case_id: _registered_impl(r) for r in store.load_cases(run_dir).itertuples()}
+
+    def backend(impl: str | None) -> str | None:
+        try:
+            return op.get_impl(impl).backend if impl else None
+        except Exception:  # an impl the registry no longer has: the check pass says so
+            return None
+
+    ids = [c for c in check_ids if backend(base.get(c)) in WARM_BACKENDS]
+    cached = compiled_before(run_dir, {c: base[c] for c in ids}, op)
+    return [c for c in ids if c not in cached], len(cached)
