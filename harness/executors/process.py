@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from harness import store
+from harness import pycache, store
 from harness.errors import HarnessError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -47,7 +47,7 @@ def worker_env(device: str, gpu: int | None = None) -> dict[str, str]:
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # the numbering nvidia-smi uses
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
         env["HARNESS_GPU"] = str(gpu)
-    return env
+    return pycache.apply_to_env(env)
 
 
 def worker_argv(run_dir: Path, passes: str, device: str, cases: list[str] | None = None,
