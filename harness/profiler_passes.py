@@ -13,7 +13,8 @@ from rich.progress import Progress
 
 from harness import env as envmod
 from harness import spec, store
-from harness.executors.process import describe_rc, stream, worker_argv, worker_env
+from harness.executors.process import (describe_rc, run_threads, stream, worker_argv,
+                                       worker_env)
 from harness.executors.schedule import shard_by_impl
 
 
@@ -126,6 +127,32 @@ class ProfilerPasses:
                     t.join(0.2)
             if interrupted:
                 raise interrupted[0]
+        ran = time.monotonic() - started
+        progress.update(task, description=f"{prof_name} export")
+
+        def finish(i: int, out_dir: Path, ids: list[str]) -> dict:
+            """Export and parse one shard's capture (shards side by side: each is an ncu or
+            nsys process of its own, and reading a large report takes seconds)."""
+            got: dict = {"frame": None, "tables": {}, "error": None, "tables_error": None}
+            try:
+                if prof_name == "torch_profiler":
+                    self._write_torch_profiler_kernels(out_dir, ids)
+                prof.export(out_dir)
+                got["frame"] = prof.parse(out_dir)
+            except Exception as exc:  # keep the timing results and the raw files whatever happens
+                got["error"] = exc
+                return got
+            try:  # tables besides metrics (ncu: source lines); a failure costs only them
+                got["tables"] = prof.extra_tables(out_dir)
+            except Exception as exc:
+                got["tables_error"] = exc
+            return got
+
+        finished: dict[int, dict] = {}
+        threads = [threading.Thread(target=lambda i=i, d=d, ids=ids:
+                                    finished.__setitem__(i, finish(i, d, ids)), daemon=True)
+                   for i, (_gpu, ids, d) in enumerate(shards)]
+        run_threads(threads, threading.Event())
         wall = time.monotonic() - started
         self.pass_wall[prof_name] = round(wall, 2)
         progress.update(task, description=prof_name)
@@ -144,18 +171,16 @@ class ProfilerPasses:
             elif rc != 0:
                 states.append(f"failed: exit {describe_rc(rc)}"
                               f"{': ' + problem if problem else ''} (log: {log})")
-            try:
-                if prof_name == "torch_profiler":
-                    self._write_torch_profiler_kernels(out_dir, ids)
-                prof.export(out_dir)
-                frames.append(prof.parse(out_dir))
-            except Exception as exc:  # keep the timing results and the raw files whatever happens
+            got = finished.get(i) or {"error": RuntimeError("export did not finish")}
+            if got["error"] is not None:
+                exc = got["error"]
                 self._set_pass(prof_name, f"failed: {type(exc).__name__}: {exc}")
                 return
-            try:  # tables besides metrics (ncu: source lines); a failure costs only them
-                for name, table in prof.extra_tables(out_dir).items():
-                    tables.setdefault(name, []).append(table)
-            except Exception as exc:
+            frames.append(got["frame"])
+            for name, table in got["tables"].items():
+                tables.setdefault(name, []).append(table)
+            if got["tables_error"] is not None:
+                exc = got["tables_error"]
                 states.append(f"done (source lines failed: {type(exc).__name__}: {exc})")
         import pandas as pd
 
@@ -164,7 +189,8 @@ class ProfilerPasses:
                             else pd.DataFrame(columns=store.METRIC_COLUMNS))
         for name, parts in tables.items():
             store.write_table(self.run_dir, name, pd.concat(parts, ignore_index=True))
-        timing = {"wall_s": round(wall, 2), "cases": len(cases), "per_case_s": per_case}
+        timing = {"wall_s": round(wall, 2), "run_s": round(ran, 2),
+                  "export_s": round(wall - ran, 2), "cases": len(cases), "per_case_s": per_case}
         if len(shards) > 1:
             timing["gpus"] = {str(g): len(ids) for g, ids, _ in shards}
         self.manifest = store.update_manifest(

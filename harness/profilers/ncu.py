@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -94,11 +95,18 @@ class Ncu(Profiler):
         if not rep.exists():
             raise ProfilerFailed(f"ncu wrote no report ({rep} missing); see {out_dir}/ncu.log")
         exe, _ = find_ncu()
-        for page, extra in (("raw", []), ("details", ["--print-details", "all"])):
+
+        def page_csv(page: str, extra: list[str]):
             argv = [exe or "ncu", "--import", str(rep), "--csv", "--page", page,
                     "--print-units", "base", *extra]
-            proc = run_logged(argv, out_dir / "export.log", timeout=600,
+            return run_logged(argv, out_dir / "export.log", timeout=600,
                               stdout_path=out_dir / f"{page}.csv")
+
+        # the two pages are read side by side: each `ncu --import` parses the whole report
+        with ThreadPoolExecutor(2) as pool:
+            procs = dict(zip(("raw", "details"), pool.map(
+                page_csv, ("raw", "details"), ([], ["--print-details", "all"]))))
+        for page, proc in procs.items():
             if proc.returncode != 0:
                 raise ProfilerFailed(f"ncu --import --page {page} exited {proc.returncode}; "
                                      f"see {out_dir}/export.log")
