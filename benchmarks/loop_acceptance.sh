@@ -13,6 +13,12 @@
 #             Tuner's pick and cuDNN
 #   bwd       experiments/flash_bwd.yaml, whole
 #   bwd_again flash_bwd.yaml again, whole: the loop's second run (warm caches) and its A/A pair
+#   bwdgrid   experiments/tune/flash_bwd_dkdv_grid.yaml then flash_bwd_dq_grid.yaml (36 + 24
+#             forced backward configs at N=4096 D=128 beside the Tuner's pick)
+#   pyc       torch.compile's first call in a fresh process with PYTHONDONTWRITEBYTECODE (twice),
+#             then with bytecode under a private PYTHONPYCACHEPREFIX (twice): OUT_DIR/pyc.txt
+#   srccost   flash.yaml's ncu case set twice, SourceCounters on (default) and off: the
+#             per-case ncu seconds of both (OUT_DIR/srccost.txt)
 # Each step is cut at the time left before DEADLINE_S (default 570) so the whole call returns;
 # each run's output is OUT_DIR/<step>.log with its wall time appended. `compare` of each A/A pair
 # goes to OUT_DIR/<step>.compare.txt.
@@ -63,7 +69,40 @@ PY
     bwd) b1=$(run bwd 400 experiments/flash_bwd.yaml) ;;
     bwd_again) b2=$(run bwd_again 400 experiments/flash_bwd.yaml)
                aa bwd_again "${b1:-}" "${b2:-}" ;;
-    *) echo "unknown step $step (flash, flash_aa, flash_again, worse, softmax, tune, bwd, bwd_again)"; exit 2 ;;
+    bwdgrid) run bwd_dkdv 200 experiments/tune/flash_bwd_dkdv_grid.yaml > /dev/null
+             run bwd_dq 150 experiments/tune/flash_bwd_dq_grid.yaml > /dev/null ;;
+    pyc)
+      p=$(mktemp -d)  # not the harness's own prefix: later steps must start as cold as before
+      code='import time, torch; t = time.time(); f = torch.compile(lambda x: x * 2 + 1)
+f(torch.ones(8, device="cuda")); torch.cuda.synchronize(); print(f"first call {time.time() - t:.2f} s")'
+      TIMEFORMAT='%R s wall'
+      for label in dontwrite dontwrite prefix prefix; do
+        echo "== $label"
+        if [ "$label" = dontwrite ]; then time (PYTHONDONTWRITEBYTECODE=1 python3 -c "$code")
+        else time (env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX="$p" python3 -c "$code"); fi
+      done >> "$out/pyc.txt" 2>&1
+      echo "pyc: done" >> "$out/steps.txt" ;;
+    srccost)
+      python3 - experiments/flash.yaml "$out/flash_nosrc.yaml" <<'PY'
+import sys, yaml
+d = yaml.safe_load(open(sys.argv[1]))
+d["profile"]["ncu"]["source_lines"] = False
+yaml.safe_dump(d, open(sys.argv[2], "w"), sort_keys=False)
+PY
+      c='*.N=4096.D=128.causal=false.mode=fwd.float16'
+      on=$(run src_on 150 experiments/flash.yaml --cases "$c")
+      off=$(run src_off 150 "$out/flash_nosrc.yaml" --cases "$c")
+      [ -n "$on" ] && [ -n "$off" ] && python3 - "$on" "$off" > "$out/srccost.txt" 2>&1 <<'PY'
+import json, sys
+on, off = (json.load(open(f"{d}/manifest.json"))["profiler_wall_s"]["ncu"] for d in sys.argv[1:3])
+print(f"ncu pass: source on {on['wall_s']} s (export {on.get('export_s')} s), "
+      f"off {off['wall_s']} s (export {off.get('export_s')} s)")
+for case, s_on in sorted(on["per_case_s"].items()):
+    s_off = off["per_case_s"].get(case)
+    print(f"{case:72s} on {s_on:6.2f}  off {s_off:6.2f}  +{s_on - s_off:5.2f} s")
+PY
+      ;;
+    *) echo "unknown step $step (flash, flash_aa, flash_again, worse, softmax, tune, bwd, bwd_again, bwdgrid, pyc, srccost)"; exit 2 ;;
   esac
 done
 cat "$out/steps.txt"
