@@ -20,14 +20,39 @@ interpreter's untimed default).
 from __future__ import annotations
 
 from contextlib import contextmanager
-from contextvars import ContextVar
-from typing import Any, Iterator
+from typing import Any, Generic, Iterator, TypeVar
 
 SOURCES = ("forced", "tuned", "autotune", "single", "interpreter")
 
-_FORCED: ContextVar[dict | None] = ContextVar("harness_forced_configs", default=None)
-_COMPILE_ONLY: ContextVar[bool] = ContextVar("harness_compile_only", default=False)
-_LOG: ContextVar["PickLog | None"] = ContextVar("harness_pick_log", default=None)
+T = TypeVar("T")
+
+
+class _ProcessVar(Generic[T]):
+    """A ContextVar's get/set/reset with one value for the whole process, seen from every thread.
+
+    A worker runs one case at a time, but not all of a case on its own thread: autograd runs a
+    CUDA backward on its device thread (`pt_autograd_<device>`), which never saw a ContextVar set
+    by the worker's thread. With ContextVars, a YAML config forced on the flash backward's
+    Tuners was silently ignored there (all 60 variants of a dK/dV and dQ grid timed the Tuner's
+    own pick), its picks went unrecorded (no provenance) and compile-ahead workers timed."""
+
+    def __init__(self, default: T):
+        self._value = default
+
+    def get(self) -> T:
+        return self._value
+
+    def set(self, value: T) -> T:
+        old, self._value = self._value, value
+        return old
+
+    def reset(self, token: T) -> None:
+        self._value = token
+
+
+_FORCED: _ProcessVar[dict | None] = _ProcessVar(None)
+_COMPILE_ONLY: _ProcessVar[bool] = _ProcessVar(False)
+_LOG: _ProcessVar["PickLog | None"] = _ProcessVar(None)
 
 # tuner name -> repr(key) -> {"config": {field: value}, "source": str}
 _STORED: dict[str, dict[str, dict]] = {}

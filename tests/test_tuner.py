@@ -119,6 +119,27 @@ def test_the_log_names_repeated_picks_of_one_tuner_and_the_strongest_source():
     assert log.source() == "forced"
 
 
+def test_picks_on_another_thread_see_the_forced_config_the_log_and_compile_only():
+    """Autograd runs a CUDA backward on its own thread (pt_autograd_0): a Tuner picking there
+    must honour the worker's forced config, land in its pick log and obey compile-ahead."""
+    def on_thread(fn):
+        out = []
+        th = threading.Thread(target=lambda: out.append(fn()))
+        th.start()
+        th.join()
+        return out[0]
+
+    t = flash_like(CPUTuner, ms={(64, 64, 4, 3): 0.5})
+    with tuning.forcing({"t.flash": dict(zip(FIELDS, (32, 16, 2, 5)))}), \
+            tuning.recording() as log:
+        assert on_thread(lambda: t.pick("k", CANDS, lambda c: None)) == (32, 16, 2, 5)
+    assert log.configs() == {"t.flash": dict(zip(FIELDS, (32, 16, 2, 5)))}
+    assert log.source() == "forced"
+    with tuning.compile_only():
+        assert on_thread(lambda: t.pick("k2", CANDS, lambda c: None)) == CANDS[0]
+    assert t.timed == [] and tuning.take_new_picks() == {}
+
+
 def test_timed_picks_are_remembered_and_a_later_process_reuses_them(tmp_path):
     from harness import store
 
