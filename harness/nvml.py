@@ -39,14 +39,10 @@ def gpu_state(index: int, loader=ctypes.CDLL) -> dict | None:
     lib = _load(loader)
     if lib is None:
         return None
+    handle = _handle(lib, index)
+    if handle is None:
+        return None
     try:
-        if index not in _handles:
-            handle = ctypes.c_void_p()
-            if lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index),
-                                                 ctypes.byref(handle)) != NVML_SUCCESS:
-                return None
-            _handles[index] = handle
-        handle = _handles[index]
         name = ctypes.create_string_buffer(NAME_LEN)
         if lib.nvmlDeviceGetName(handle, name, ctypes.c_uint(NAME_LEN)) != NVML_SUCCESS:
             return None
@@ -62,6 +58,34 @@ def gpu_state(index: int, loader=ctypes.CDLL) -> dict | None:
         return out
     except (OSError, AttributeError, ValueError):
         return None
+
+
+def sm_clock(index: int, loader=ctypes.CDLL) -> float | None:
+    """The SM clock of GPU `index` now (MHz), or None: read while a batch of timed samples
+    runs (harness.timing's clock_probe)."""
+    lib = _load(loader)
+    handle = _handle(lib, index) if lib is not None else None
+    if handle is None:
+        return None
+    val = ctypes.c_uint()
+    try:
+        ok = lib.nvmlDeviceGetClockInfo(handle, ctypes.c_int(NVML_CLOCK_SM), ctypes.byref(val))
+    except (OSError, AttributeError, ValueError):
+        return None
+    return float(val.value) if ok == NVML_SUCCESS and val.value else None
+
+
+def _handle(lib, index: int):
+    if index not in _handles:
+        handle = ctypes.c_void_p()
+        try:
+            ok = lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(handle))
+        except (OSError, AttributeError, ValueError):
+            return None
+        if ok != NVML_SUCCESS:
+            return None
+        _handles[index] = handle
+    return _handles[index]
 
 
 def reset() -> None:

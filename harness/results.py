@@ -69,7 +69,7 @@ def consolidate(run_dir, op: Op) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFra
         if tim and tim["status"] == "ok":
             row.update({k: tim.get(k) for k in ("median_ms", "p20_ms", "p80_ms", "iqr_ms",
                                                 "n_samples", "rel_stderr", "clock",
-                                                "peak_mem_bytes")})
+                                                "peak_mem_bytes", "sm_clock_timed_mhz")})
             samples.extend({"case_id": c.case_id, "i": i, "ms": float(v)}
                            for i, v in enumerate(tim["samples"]))
             med = row["median_ms"]

@@ -47,7 +47,7 @@ RESULT_COLUMNS = [
     "case_id", "correct", "max_abs_err", "rel_err", "tol", "torch_err", "median_ms", "p20_ms",
     "p80_ms", "iqr_ms", "n_samples", "rel_stderr", "clock", "tflops", "gbps", "peak_mem_bytes",
     "speedup_vs_baseline", "expected_kernels", "flags", "config", "config_source", "code_hash",
-    "compiled",
+    "compiled", "sm_clock_timed_mhz",
 ]
 SAMPLE_COLUMNS = ["case_id", "i", "ms"]
 METRIC_COLUMNS = ["case_id", "source", "kernel", "name", "value", "unit"]

@@ -13,6 +13,13 @@ device work alone, and a slow Python wrapper (torch.compile guards, autotuner lo
 leak into it. `host_overhead="include"` times what a caller waits for, idle gaps included.
 Host launch cost is reported separately by the nsys pass (launch_api_us).
 
+SM clock under load: `clock_probe` (the worker passes an NVML reading of its GPU) is read once
+per batch, right after the batch is queued and before the host waits for it, so while the GPU
+runs the samples: their median is `sm_clock_timed_mhz`. Unlocked clocks move between runs
+(power and thermal management: on one H200 a triton_flash case read 1815 MHz after its timing
+in one run and 1950 MHz in the next, 1.11x apart in time); compare names the clock and does not
+credit the code with a change the clock alone explains.
+
 CPU (`clock="cpu_wall"`): the same loop with time.perf_counter — only meaningful relative to
 other CPU numbers; the summary labels these timings.
 """
@@ -32,6 +39,7 @@ FLUSH_BYTES = 256 * 1024 * 1024  # > 5x the L2 of an H100/H200 (50 MiB)
 class Samples:
     ms: tuple[float, ...]
     clock: str  # cuda_events | cuda_graph | cpu_wall
+    clocks_mhz: tuple[float, ...] = ()  # SM clock read while the samples ran (one per batch)
 
     @property
     def n(self) -> int:
@@ -63,7 +71,9 @@ class Samples:
     def summary(self) -> dict:
         return {"median_ms": self.median, "p20_ms": self.p20, "p80_ms": self.p80,
                 "iqr_ms": self.iqr, "n_samples": self.n, "rel_stderr": self.rel_stderr,
-                "clock": self.clock}
+                "clock": self.clock,
+                "sm_clock_timed_mhz": (float(np.median(self.clocks_mhz)) if self.clocks_mhz
+                                       else None)}
 
 
 def rel_stderr(ms) -> float:
@@ -89,12 +99,13 @@ class _Flusher:
 def bench(fn: Callable[[], object], *, device: str, warmup_ms: float = 25.0,
           rep_ms: float = 200.0, min_samples: int = 10, max_samples: int = 5000,
           flush_l2: bool = True, cuda_graph: bool = False, max_rel_err: float = 0.005,
-          host_overhead: str = "hide", flusher: _Flusher | None = None) -> Samples:
+          host_overhead: str = "hide", flusher: _Flusher | None = None,
+          clock_probe: Callable[[], float | None] | None = None) -> Samples:
     """Time `fn`; return the raw samples in milliseconds."""
     if device == "cuda":
         return _bench_cuda(fn, warmup_ms, rep_ms, min_samples, max_samples,
                            flusher or _Flusher(device, flush_l2), cuda_graph, max_rel_err,
-                           host_overhead == "hide")
+                           host_overhead == "hide", clock_probe)
     return _bench_cpu(fn, warmup_ms, rep_ms, min_samples, max_samples, max_rel_err)
 
 
@@ -156,7 +167,7 @@ def _bench_cpu(fn, warmup_ms, rep_ms, min_samples, max_samples, max_rel_err) -> 
 
 
 def _bench_cuda(fn, warmup_ms, rep_ms, min_samples, max_samples, flush, cuda_graph,
-                max_rel_err, hide_host) -> Samples:
+                max_rel_err, hide_host, clock_probe=None) -> Samples:
     import torch
 
     fn()
@@ -196,6 +207,7 @@ def _bench_cuda(fn, warmup_ms, rep_ms, min_samples, max_samples, flush, cuda_gra
         sleep = int(min(max(2 * host_ms(run), 0.02), 5.0) * _sleep_cycles_per_ms())
     batch = int(min(max(1, 20.0 / est), 100))  # ~20 ms of work between host syncs
     ms: list[float] = []
+    clocks: list[float] = []
     begin = time.perf_counter()
     while not _enough(ms, (time.perf_counter() - begin) * 1e3, rep_ms, min_samples,
                       max_samples, max_rel_err):
@@ -209,9 +221,13 @@ def _bench_cuda(fn, warmup_ms, rep_ms, min_samples, max_samples, flush, cuda_gra
             starts[i].record()
             run()
             ends[i].record()
+        if clock_probe is not None:  # the batch is queued and running: the clock under load
+            mhz = clock_probe()
+            if mhz:
+                clocks.append(float(mhz))
         torch.cuda.synchronize()
         ms.extend(a.elapsed_time(b) for a, b in zip(starts, ends))
-    return Samples(tuple(ms), clock)
+    return Samples(tuple(ms), clock, tuple(clocks))
 
 
 def peak_memory(fn: Callable[[], object], inputs_bytes: int) -> int:

@@ -140,7 +140,7 @@ class Worker:
                                    min_samples=t.min_samples, max_samples=t.max_samples,
                                    flush_l2=t.flush_l2, cuda_graph=t.cuda_graph,
                                    max_rel_err=t.max_rel_err, host_overhead=t.host_overhead,
-                                   flusher=self.flusher)
+                                   flusher=self.flusher, clock_probe=self._clock_probe())
         else:  # interpreter / CPU: a few wall-clock samples, labelled as such
             peak = None
             samples = timing.bench(fn, device="cpu", warmup_ms=1e-3,
@@ -192,6 +192,14 @@ class Worker:
             fn()
         self._sync()
         return {"status": "ok"}
+
+    def _clock_probe(self):
+        """An NVML reading of this worker's GPU's SM clock (None without NVML)."""
+        from harness import nvml
+
+        gpu = os.environ.get("HARNESS_GPU")
+        index = int(gpu) if gpu is not None and gpu.isdigit() else 0
+        return lambda: nvml.sm_clock(index)
 
     def do_profile(self, impl, params, dtype, case_id) -> dict:
         self._warm_then_range(impl, params, dtype, case_id, lambda fn: fn())

@@ -93,3 +93,24 @@ def test_worker_prefers_nvml(monkeypatch):
                                                           "gpu_temp_c": 3.0})
     monkeypatch.setattr("harness.env.query_gpus", lambda **kw: pytest.fail("nvidia-smi called"))
     assert worker.gpu_state(0)["gpu_name"] == "X"
+
+
+def test_sm_clock_is_the_reading_of_the_asked_gpu_or_none():
+    lib = FakeNvml()
+    assert nvml.sm_clock(1, loader=lambda name: lib) == 1980.0
+    assert nvml.sm_clock(5, loader=lambda name: lib) is None  # no such GPU
+    nvml.reset()
+    assert nvml.sm_clock(0, loader=lambda name: FakeNvml(clock_rc=3)) is None
+    nvml.reset()
+
+    def missing(name):
+        raise OSError("libnvidia-ml.so.1: cannot open shared object file")
+    assert nvml.sm_clock(0, loader=missing) is None
+
+
+def test_the_clock_under_load_is_the_median_of_the_batch_readings():
+    from harness.timing import Samples
+
+    assert Samples((1.0, 1.1), "cuda_events", (1815.0, 1830.0, 1965.0)).summary()[
+        "sm_clock_timed_mhz"] == 1830.0
+    assert Samples((1.0,), "cpu_wall").summary()["sm_clock_timed_mhz"] is None
