@@ -50,7 +50,8 @@ def make_run(root: Path, run_id: str, cases: dict[str, dict], env: dict | None =
                       "status": "ok" if correct else "failed", "error": None})
         ms = np.asarray(c.get("ms", []), dtype=float)
         rrows.append({"case_id": cid, "correct": correct,
-                      "median_ms": float(np.median(ms)) if len(ms) else None})
+                      "median_ms": float(np.median(ms)) if len(ms) else None,
+                      "sm_clock_timed_mhz": c.get("clock")})
         srows += [{"case_id": cid, "i": i, "ms": float(v)} for i, v in enumerate(ms)]
     store.write_table(run_dir, "cases", pd.DataFrame(crows))
     store.write_table(run_dir, "results", pd.DataFrame(rrows))
@@ -186,6 +187,33 @@ def test_failed_correctness_never_faster_and_missing_samples(tmp_path):
                                               "correctness (2.00x faster")
     assert t.loc["torch", "mark"] == "missing"
     assert "no samples in the candidate run" in t.loc["torch", "text"]
+
+
+def test_a_change_the_sm_clock_explains_is_not_credited_and_the_clock_is_named(tmp_path):
+    """Real H200 A/A pair (same code, same config): triton_flash 1.11x and sdpa_cudnn 1.08x
+    apart with the clock under load 1815 vs 1950 MHz. Such a change is not faster/slower; one
+    larger than the clock can explain still is, and the clock is named as evidence."""
+    base = make_run(tmp_path, "base", {
+        "torch": {"ms": noisy(1.0, seed=1), "clock": 1950.0},
+        "triton": {"ms": noisy(1.0, seed=2), "clock": 1815.0},
+        "cudnn": {"ms": noisy(1.0, seed=5), "clock": 1815.0},
+        "flash": {"ms": noisy(1.0, seed=7), "clock": 1950.0}})
+    cand = make_run(tmp_path, "cand", {
+        "torch": {"ms": noisy(1.0, seed=3), "clock": 1950.0},
+        "triton": {"ms": noisy(1 / 1.09, seed=4), "clock": 1950.0},  # clock x1.074: explained
+        "cudnn": {"ms": noisy(1 / 1.25, seed=6), "clock": 1950.0},   # beyond the clock: faster
+        "flash": {"ms": noisy(1 / 1.10, seed=8), "clock": 1815.0}})  # clock fell, yet faster
+    t = compare_runs(base, cand, noise=0.03).time.set_index("impl")
+    assert t.loc["torch", "mark"] == "same"
+    assert t.loc["triton", "mark"] == "ambiguous"
+    assert t.loc["triton", "text"].startswith("not credited: 1.09x faster (significant")
+    assert t.loc["triton", "text"].endswith(
+        "but the SM clock under load moved 1815 → 1950 MHz, which alone explains up to 1.07x")
+    assert "SM clock 1815 → 1950 MHz" in t.loc["triton", "evidence"]
+    assert t.loc["cudnn", "mark"] == "faster"
+    assert "SM clock 1815 → 1950 MHz" in t.loc["cudnn", "evidence"]
+    assert t.loc["flash", "mark"] == "faster"
+    assert not any(e.startswith("SM clock") for e in t.loc["torch", "evidence"])
 
 
 def test_no_common_case_is_a_user_error(tmp_path):

@@ -69,6 +69,9 @@ TIME_COLUMNS = ["key", "op", "impl", "params", "dtype", "base_case_id", "cand_ca
                 "base_ms", "cand_ms", "ratio", "ci_low", "ci_high", "p_value", "mark", "text",
                 "base_n", "cand_n", "base_correct", "cand_correct", "threshold", "evidence"]
 METRIC_COLUMNS = ["key", "impl", "name", "base", "cand", "delta", "rel_delta"]
+# SM clocks under load (results' sm_clock_timed_mhz) this far apart: named as evidence, and a
+# change no larger than the clock's move can explain is not credited to the code
+CLOCK_MOVED = 0.02
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,31 @@ def compare_samples(base_ms, cand_ms, *, noise: float = 0.02, alpha: float = 0.0
                         f"ambiguous (not significant, {fmt_p(p)}; {ci})")
     return TimeDiff(ratio, lo, hi, p, "ambiguous",
                     f"ambiguous ({fmt_p(p)} but the {ci} reaches within {band} of 1x)")
+
+
+def clock_ratio(rb: dict, rc: dict) -> float | None:
+    """Candidate / base SM clock while the samples ran; None where either run lacks it."""
+    a, b = _num(rb.get("sm_clock_timed_mhz")), _num(rc.get("sm_clock_timed_mhz"))
+    return b / a if a and b else None
+
+
+def clock_moved(k: float | None) -> bool:
+    return k is not None and abs(math.log(k)) >= math.log1p(CLOCK_MOVED)
+
+
+def clock_explained(d: TimeDiff, k: float | None, noise: float) -> bool:
+    """Whether a marked change is no more than the SM clock's move can explain. A kernel's time
+    scales at most inversely with the SM clock (a compute-bound one does, a memory-bound one
+    less), so the change counts only if its CI, divided by the clock ratio, still clears the
+    noise band. The clocks are not locked here (the harness never changes them), and between
+    two runs of unchanged code on one H200 they moved by up to 8 % on power-hungry kernels."""
+    if not clock_moved(k):
+        return False
+    if d.mark == "faster" and k > 1:
+        return d.ci_low / k <= 1 + noise
+    if d.mark == "slower" and k < 1:
+        return d.ci_high / k >= 1 / (1 + noise)
+    return False
 
 
 def env_problems(env_a: dict, env_b: dict) -> list[str]:
@@ -307,6 +335,13 @@ def compare_runs(base_dir, cand_dir, *, allow_incomparable: bool = False,
             band = noisemod.threshold(floor.for_impl(r["impl"]), xb, xc)
             d = compare_samples(xb, xc, noise=band, alpha=alpha)
             mark, text = d.mark, d.change_text()
+            k = clock_ratio(rb, rc)
+            if clock_explained(d, k, band):
+                mark = "ambiguous"
+                text = (f"not credited: {text}, but the SM clock under load moved "
+                        f"{_num(rb.get('sm_clock_timed_mhz')):.0f} → "
+                        f"{_num(rc.get('sm_clock_timed_mhz')):.0f} MHz, which alone explains up "
+                        f"to {max(k, 1 / k):.2f}x")
             if not (row["base_correct"] and row["cand_correct"]) and mark == "faster":
                 who = "candidate" if not row["cand_correct"] else "base"
                 mark = "ambiguous"

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from harness import store
+from harness.analysis.compare import clock_moved, clock_ratio
 from harness.analysis.pairing import Against, against_dir
 from harness.errors import HarnessError
 from harness.values import finite as _num
@@ -279,6 +280,9 @@ def evidence(key: str, rb: dict, rc: dict, metrics: pd.DataFrame) -> list[str]:
         else:
             label, fmt = EVIDENCE_METRICS[name]
             out.append(f"{label} {fmt.format(r['base'])} → {fmt.format(r['cand'])}")
+    if clock_moved(clock_ratio(rb, rc)):
+        out.append(f"SM clock {_num(rb.get('sm_clock_timed_mhz')):.0f} → "
+                   f"{_num(rc.get('sm_clock_timed_mhz')):.0f} MHz")
     ha, hb = rb.get("code_hash"), rc.get("code_hash")
     if isinstance(ha, str) and isinstance(hb, str):
         out.append("code changed" if ha != hb else "same code")
