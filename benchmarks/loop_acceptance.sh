@@ -15,6 +15,8 @@
 #   bwd_again flash_bwd.yaml again, whole: the loop's second run (warm caches) and its A/A pair
 #   bwdgrid   experiments/tune/flash_bwd_dkdv_grid.yaml then flash_bwd_dq_grid.yaml (36 + 24
 #             forced backward configs at N=4096 D=128 beside the Tuner's pick)
+#   clockaa   flash.yaml's triton_flash and sdpa_cudnn cases (the power-hungry ones) twice: an A/A
+#             pair whose cases carry the SM clock under load
 #   pyc       torch.compile's first call in a fresh process with PYTHONDONTWRITEBYTECODE (twice),
 #             then with bytecode under a private PYTHONPYCACHEPREFIX (twice): OUT_DIR/pyc.txt
 #   srccost   flash.yaml's ncu case set twice, SourceCounters on (default) and off: the
@@ -69,6 +71,9 @@ PY
     bwd) b1=$(run bwd 400 experiments/flash_bwd.yaml) ;;
     bwd_again) b2=$(run bwd_again 400 experiments/flash_bwd.yaml)
                aa bwd_again "${b1:-}" "${b2:-}" ;;
+    clockaa) c1=$(run clock_a 150 experiments/flash.yaml --cases 'triton_flash.*,sdpa_cudnn.*')
+             c2=$(run clock_b 150 experiments/flash.yaml --cases 'triton_flash.*,sdpa_cudnn.*')
+             aa clockaa "${c1:-}" "${c2:-}" ;;
     bwdgrid) run bwd_dkdv 200 experiments/tune/flash_bwd_dkdv_grid.yaml > /dev/null
              run bwd_dq 150 experiments/tune/flash_bwd_dq_grid.yaml > /dev/null ;;
     pyc)
@@ -102,7 +107,7 @@ for case, s_on in sorted(on["per_case_s"].items()):
     print(f"{case:72s} on {s_on:6.2f}  off {s_off:6.2f}  +{s_on - s_off:5.2f} s")
 PY
       ;;
-    *) echo "unknown step $step (flash, flash_aa, flash_again, worse, softmax, tune, bwd, bwd_again, bwdgrid, pyc, srccost)"; exit 2 ;;
+    *) echo "unknown step $step (flash, flash_aa, flash_again, worse, softmax, tune, bwd, bwd_again, bwdgrid, clockaa, pyc, srccost)"; exit 2 ;;
   esac
 done
 cat "$out/steps.txt"
