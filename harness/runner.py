@@ -63,7 +63,7 @@ class Runner(ProfilerPasses):
         cost = case_costs(cases, self.op, self.exp.timing, self.device,
                           previous_medians(self.run_dir), self.exp.correctness.trials)
         limits = {c: case_timeout_s(v, self.exp.timing) for c, v in cost.items()}
-        return longest_first(list(cases.case_id), cost), cost, limits
+        return longest_first(list(cases.case_id), cost, store.shapes(self.run_dir)), cost, limits
 
     def measure(self, progress: Progress) -> None:
         tasks = {}

@@ -284,6 +284,14 @@ def load_cases(run_dir) -> pd.DataFrame:
     return _load_table(run_dir, "cases")
 
 
+def shapes(run_dir) -> dict[str, str]:
+    """case_id -> shape_id: the cases that share inputs (and a reference) across impls."""
+    cases = load_cases(run_dir)
+    if "shape_id" not in cases.columns:
+        return {}
+    return dict(zip(cases.case_id, cases.shape_id))
+
+
 def load_results(run_dir) -> pd.DataFrame:
     return _load_table(run_dir, "results")
 

@@ -73,6 +73,32 @@ def test_longest_first_assignment_balances_and_keeps_order_for_ties():
     assert s[0] == ["long"] and len(s[1]) == 10
 
 
+def test_a_shapes_cases_run_back_to_back_so_its_reference_is_computed_once():
+    """Costs from a previous run's times interleave shapes (every impl of the slowest shape is
+    not slower than every impl of the next): grouped, each shape's cases stay together, the
+    shapes longest first by their summed cost."""
+    cost = {"naive.s1": 12.0, "flash.s1": 4.0, "naive.s2": 6.0, "flash.s2": 2.0,
+            "naive.s3": 3.0, "flash.s3": 5.0}
+    group = {c: c.split(".")[1] for c in cost}
+    assert longest_first(list(cost), cost)[:3] == ["naive.s1", "naive.s2", "flash.s3"]
+    assert longest_first(list(cost), cost, group) == [
+        "naive.s1", "flash.s1", "naive.s2", "flash.s2", "flash.s3", "naive.s3"]
+    assert shard(list(cost), cost, 1, group) == [longest_first(list(cost), cost, group)]
+    # many shapes per GPU: whole shapes go to one GPU, still back to back there
+    cost = {f"{impl}.s{i}": float(i + (impl == "naive")) for i in range(1, 9)
+            for impl in ("naive", "flash")}
+    group = {c: c.split(".")[1] for c in cost}
+    parts = shard(list(cost), cost, 2, group)
+    assert sorted(sum(parts, [])) == sorted(cost)
+    for part in parts:
+        shapes = [group[c] for c in part]
+        assert all(shapes[i] == shapes[i + 1] for i in range(0, len(shapes), 2))
+    # a config grid (one shape, many impls) is still spread over the GPUs
+    grid = {f"v{i}.s1": 1.0 for i in range(8)}
+    parts = shard(list(grid), grid, 2, {c: "s1" for c in grid})
+    assert [len(p) for p in parts] == [4, 4]
+
+
 def _timing(**kw):
     return spec.TimingOptions(**kw)
 

@@ -36,8 +36,9 @@ class GpuExecutor(Executor):
     def profiler_gpus(self) -> list[int | None]:
         return list(self.gpus)
 
-    def plan(self, case_ids: list[str], cost: dict[str, float]) -> dict[int, list[str]]:
-        return dict(zip(self.gpus, shard(case_ids, cost, len(self.gpus))))
+    def plan(self, case_ids: list[str], cost: dict[str, float],
+             shape_of: dict[str, str] | None = None) -> dict[int, list[str]]:
+        return dict(zip(self.gpus, shard(case_ids, cost, len(self.gpus), shape_of)))
 
     def measure(self, run_dir, case_ids, cost, limits, device, on_event) -> None:
         run_dir = Path(run_dir)
@@ -61,6 +62,7 @@ class GpuExecutor(Executor):
                 stop.set()
 
         run_threads([threading.Thread(target=one, args=(g, ids), name=f"gpu{g}", daemon=True)
-                     for g, ids in self.plan(case_ids, cost).items() if ids], stop)
+                     for g, ids in self.plan(case_ids, cost, store.shapes(run_dir)).items()
+                     if ids], stop)
         if errors:
             raise errors[0]

@@ -119,7 +119,8 @@ class RayExecutor(Executor):
                 return
             files = self._files(run_dir)
             pending = {remote.remote(files, ids, device, limits): ids
-                       for ids in shard(left, cost, min(self.slots(device), len(left))) if ids}
+                       for ids in shard(left, cost, min(self.slots(device), len(left)),
+                                       store.shapes(run_dir)) if ids}
             for ids in pending.values():
                 for c in ids:
                     on_event({"event": "start", "name": "check", "case_id": c})

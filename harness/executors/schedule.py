@@ -5,8 +5,9 @@ Nothing here starts a process or touches a device, so every rule is unit-tested 
     parse_gpus("all" | "N" | "0,2", present)   -> the GPU indices a run uses (HarnessError if
                                                   fewer are present than asked)
     estimate_s(case, op, timing, device, prev) -> expected seconds of one (check + time) case
-    shard(case_ids, cost, n)                   -> n lists, longest first, greedy onto the least
-                                                  loaded shard (LPT: within 4/3 of optimal)
+    shard(case_ids, cost, n, group_of)         -> n lists, longest first, greedy onto the least
+                                                  loaded shard (LPT: within 4/3 of optimal);
+                                                  a shape's cases together (see `grouped`)
     case_timeout_s(est, timing)                -> the watchdog limit of one (pass, case)
     shard_by_impl(case_ids, impl_of, cost, n)   -> n lists for the profiler passes: an
                                                   implementation's cases stay together (its
@@ -98,16 +99,51 @@ def case_timeout_s(est_s: float, timing) -> float:
     return max(WATCHDOG_FLOOR_S, WATCHDOG_FACTOR * est_s)
 
 
-def longest_first(case_ids: list[str], cost: dict[str, float]) -> list[str]:
-    """Stable: equal costs keep the experiment's order."""
+def longest_first(case_ids: list[str], cost: dict[str, float],
+                  group_of: dict[str, str] | None = None) -> list[str]:
+    """Stable: equal costs keep the experiment's order. With `group_of` (case -> shape), whole
+    shapes longest first (by their summed cost), then a shape's cases longest first: the check
+    pass computes one shape's reference for all its implementations (its cache holds the last
+    shape), so cases of one shape must run back to back. Ordered by case alone, a second
+    flash_bwd.yaml run (costs from the first run's times) recomputed the reference for every
+    implementation: 44 s of its 80 s check pass."""
     order = {c: i for i, c in enumerate(case_ids)}
-    return sorted(case_ids, key=lambda c: (-cost.get(c, 0.0), order[c]))
+    if not group_of:
+        return sorted(case_ids, key=lambda c: (-cost.get(c, 0.0), order[c]))
+    total: dict[str, float] = {}
+    first: dict[str, int] = {}
+    for c in case_ids:
+        g = group_of.get(c, c)
+        total[g] = total.get(g, 0.0) + cost.get(c, 0.0)
+        first.setdefault(g, order[c])
+
+    def key(c):
+        g = group_of.get(c, c)
+        return (-total[g], first[g], -cost.get(c, 0.0), order[c])
+    return sorted(case_ids, key=key)
 
 
-def shard(case_ids: list[str], cost: dict[str, float], n: int) -> list[list[str]]:
-    """Longest-first greedy assignment onto n shards (each shard keeps longest-first order)."""
+GROUPS_PER_SHARD = 4  # fewer shapes than this per shard: shard by case (keep the GPUs busy)
+
+
+def shard(case_ids: list[str], cost: dict[str, float], n: int,
+          group_of: dict[str, str] | None = None) -> list[list[str]]:
+    """Longest-first greedy assignment onto n shards (each shard keeps longest-first order).
+    With `group_of`, whole shapes are assigned (their cases stay on one GPU, back to back)
+    when there are at least GROUPS_PER_SHARD shapes per shard; a sweep of few shapes and many
+    implementations (a config grid) is sharded by case."""
     if n < 1:
         raise ValueError("n must be >= 1")
+    if n == 1:
+        return [longest_first(case_ids, cost, group_of)]
+    groups: dict[str, list[str]] = {}
+    for c in case_ids:
+        groups.setdefault((group_of or {}).get(c, c), []).append(c)
+    if group_of and len(groups) >= GROUPS_PER_SHARD * n:
+        weight = {g: sum(cost.get(c, 0.0) for c in ids) for g, ids in groups.items()}
+        parts = shard(list(groups), weight, n)
+        return [longest_first([c for g in gs for c in groups[g]], cost, group_of)
+                for gs in parts]
     shards: list[list[str]] = [[] for _ in range(n)]
     load = [0.0] * n
     for c in longest_first(case_ids, cost):
