@@ -124,7 +124,17 @@ def config_cells(rows: list[dict]) -> tuple[str, list[str]] | None:
                 " ".join(f"{k}={_v(f[k])}" for k in varying if k in f))
         src = r.get("config_source")
         cells.append(text + (f" ({src})" if isinstance(src, str) and src != "tuned" else ""))
-    return ("config " + "/".join(varying) if same else "config"), cells
+    return ("config " + compact_keys(varying) if same else "config"), cells
+
+
+def compact_keys(keys: list[str]) -> str:
+    """`dkdv.BLOCK_M/BLOCK_N/dq.BLOCK_M`: a tuner prefix is written once per run of its keys."""
+    out, last = [], None
+    for k in keys:
+        prefix, _, field = k.rpartition(".")
+        out.append(field if prefix and prefix == last else k)
+        last = prefix or None
+    return "/".join(out)
 
 
 def _primary(op_name: str) -> str:
@@ -167,22 +177,24 @@ def render(run_dir: str | Path, console: Console) -> None:
     has_k = "kernel_count" in df.columns and df["kernel_count"].notna().any()
     has_roof = "pct_of_roof" in df.columns and df["pct_of_roof"].notna().any()
     t = Table(show_lines=False, header_style="bold", pad_edge=False)
-    cols = [("impl", "left"), ("case", "left"), ("dtype", "left"), ("ok", "center"),
-            ("median ms", "right"), ("spread", "right")]
+    records = df.to_dict("records")
+    # one shape (a config grid): "every case" above says it all, no case column
+    varied = any(k not in fixed for r in records for k in r["params"])
+    cols = [("impl", "left"), *([("case", "left")] if varied else []), ("dtype", "left"),
+            ("ok", "center"), ("median ms", "right"), ("spread", "right")]
     if not cpu:  # interpreter timings say nothing about speed: no speedups, no throughput
         cols += [("speedup", "right"), ("TFLOP/s" if primary == "tflops" else "GB/s", "right")]
     for col, just in cols:
         t.add_column(col, justify=just, no_wrap=True)
     if has_roof:
-        t.add_column("% roof", justify="right")
-    t.add_column("peak mem", justify="right")
+        t.add_column("% roof", justify="right", no_wrap=True)
+    t.add_column("peak mem", justify="right", no_wrap=True)
     if has_ncu:
         for col in ("ncu µs", "DRAM %", "occ %", "regs", "top stall"):
-            t.add_column(col, justify="right" if col != "top stall" else "left")
+            t.add_column(col, justify="right" if col != "top stall" else "left", no_wrap=True)
     if has_k:
-        t.add_column("kernels", justify="right")
-    t.add_column("flags", justify="right")
-    records = df.to_dict("records")
+        t.add_column("kernels", justify="right", no_wrap=True)
+    t.add_column("flags", justify="right", no_wrap=True)
     configs = config_cells(records)
     if configs is not None:
         t.add_column(escape(configs[0]), justify="left", no_wrap=True)
@@ -193,7 +205,7 @@ def render(run_dir: str | Path, console: Console) -> None:
         thr = _n(r.get("tflops" if primary == "tflops" else "gbps"))
         label = " ".join(f"{k}={_v(v)}" for k, v in r["params"].items()
                          if k not in fixed) or r["case_id"]
-        cells = [escape(str(r["impl"])), escape(label),
+        cells = [escape(str(r["impl"])), *([escape(label)] if varied else []),
                  DTYPE_SHORT.get(r["dtype"], r["dtype"]), MARK.get(r["status"], r["status"]),
                  fmt_ms(r.get("median_ms")), spread_pct(r)]
         if not cpu:

@@ -2,6 +2,7 @@
 `--cases` with variant names, and forced configs reaching the kernel in the interpreter."""
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,6 +10,8 @@ import torch
 from harness import spec, tuning
 from harness.errors import SpecError
 from harness.registry import Params, registry
+
+ROOT = Path(__file__).resolve().parent.parent
 
 BASE = """
 name: v
@@ -185,6 +188,32 @@ def test_show_prints_the_config_compactly_only_where_it_varies():
     both = [row("a", {fwd: {"BLOCK_M": 128}, dq: {"BLOCK_M": 64}}),
             row("b", {fwd: {"BLOCK_M": 128}, dq: {"BLOCK_M": 32}})]
     assert config_cells(both) == ("config dq.BLOCK_M", ["64 (forced)", "32 (forced)"])
+    from harness.show import compact_keys
+
+    assert compact_keys(["dkdv.BLOCK_M", "dkdv.BLOCK_N", "dq.BLOCK_M", "BLOCK_N"]) == \
+        "dkdv.BLOCK_M/BLOCK_N/dq.BLOCK_M/BLOCK_N"
+
+
+def test_show_of_a_one_shape_grid_has_no_case_column(tmp_path):
+    """A config grid has one shape: "every case: ..." names it, and the table keeps its width
+    for the variant names and their configs (the case id was repeated per row before)."""
+    import io
+
+    from rich.console import Console
+
+    from harness import cli, show
+
+    out = tmp_path / "runs"
+    assert cli.main(["run", str(ROOT / "experiments/tune/flash_bwd_dq_grid.yaml"), "--smoke",
+                     "--device", "cpu", "--out", str(out), "--cases", "*dq-num_warps=4*"]) == 0
+    run = next(out.iterdir())
+    buf = io.StringIO()
+    show.render(run, Console(file=buf, width=230, highlight=False))
+    text = buf.getvalue()
+    assert "every case: B=1 H=1 N=80 D=16 causal=false mode=bwd" in text
+    header = next(line for line in text.splitlines() if "median ms" in line)
+    assert "case" not in header.replace("every case", "")
+    assert "triton_flash[dq.BLOCK_M=64,dq.BLOCK_N=32,dq.num_warps=4,dq.num_stages=2]" in text
 
 
 def test_variant_names_survive_parquet_the_report_and_the_dashboard_table(tmp_path):
