@@ -216,6 +216,24 @@ def test_a_change_the_sm_clock_explains_is_not_credited_and_the_clock_is_named(t
     assert not any(e.startswith("SM clock") for e in t.loc["torch", "evidence"])
 
 
+def test_real_h200_aa_pair_the_clock_explains_its_one_would_be_mark():
+    """Two runs of unchanged code on one H200 (tests/fixtures/runs/README.md): no case is
+    faster or slower; sdpa_cudnn D=64 N=16384 bf16 (1.12x slower, p<0.001) is not credited,
+    because its SM clock under load fell 1935 -> 1718 MHz. Without the clock it is marked."""
+    a = FIXTURES / "20261123T111534Z-flash-attention-fwd-c462"
+    b = FIXTURES / "20261123T111637Z-flash-attention-fwd-093a"
+    t = compare_runs(a, b, noise=0.07).time.set_index("key")
+    assert set(t.mark) <= {"same", "ambiguous"} and (t.mark == "same").sum() == 77
+    key = "sdpa_cudnn B=1 D=64 H=16 N=16384 causal=false mode=fwd bf16"
+    assert t.loc[key, "text"] == (
+        "not credited: 1.12x slower (significant, p<0.001, CI 1.11–1.14), but the SM clock "
+        "under load moved 1935 → 1718 MHz, which alone explains up to 1.13x")
+    assert "SM clock 1935 → 1718 MHz" in t.loc[key, "evidence"]
+    samples = pd.read_parquet(a / "samples.parquet"), pd.read_parquet(b / "samples.parquet")
+    xa, xb = (s[s.case_id == t.loc[key, "base_case_id"]].ms for s in samples)
+    assert compare_samples(xa, xb, noise=0.07).mark == "slower"  # the clock is what saves it
+
+
 def test_no_common_case_is_a_user_error(tmp_path):
     a = make_run(tmp_path, "base", {"torch": {"ms": noisy(1.0), "N": 10}})
     b = make_run(tmp_path, "cand", {"torch": {"ms": noisy(1.0), "N": 20}})
