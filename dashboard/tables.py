@@ -68,6 +68,7 @@ KINDS_BY_NAME = {
     "p_value": "sig2", "base_n": "int", "cand_n": "int",
     # History (raw column names)
     "median_ms": "sig4", "gbps": "f0", "tflops": "f1", "speedup_vs_baseline": "x",
+    "sm_clock_timed_mhz": "f0",
     # Timeline (nsys / torch.profiler rows)
     "kernel_launches": "int", "kernel_time_us": "sig4", "kernel_count": "int",
     "gpu_time_us": "sig4", "api_time_us": "sig4", "range_wall_us": "sig4",

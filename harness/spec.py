@@ -93,7 +93,7 @@ class NcuOptions(_Strict):
     timeout_s: float = Field(1800, gt=0)
     source_lines: Union[Literal["auto"], bool] = Field(
         "auto", description="warp-stall samples per source line (SourceCounters section, "
-        "+0-3 s per profiled case on an H200); auto = on when a profiled case is a Triton impl")
+        "+0.3-1.9 s per profiled case on an H200); auto = on when a profiled case is a Triton impl")
 
     @field_validator("sections")
     @classmethod
