@@ -142,6 +142,9 @@ def headline(df: pd.DataFrame, baseline: str, cpu: bool) -> list[str]:
             out.append(f"Worst loss: {shape_label(r)}, {r.speedup_text}.")
     # the others: one short clause each, on one line
     others = [_also(impl, geo, good, n) for _, geo, impl, _, good, n in ranked[1:]]
+    if len(others) > ALSO_MAX:  # a config grid: the best few and the worst, the table has all
+        cut = len(others) - ALSO_MAX
+        others = [*others[:ALSO_MAX - 1], f"… {cut} more …", others[-1]]
     if others:
         out.append(f"Also, geo-mean over `{baseline}`: " + "; ".join(others) + ".")
     out += lines
@@ -152,6 +155,9 @@ def headline(df: pd.DataFrame, baseline: str, cpu: bool) -> list[str]:
     if not (df[(df.role == "baseline")].status == "ok").any():
         out.insert(0, f"No speedups: the baseline `{baseline}` has no correct, timed case.")
     return out
+
+
+ALSO_MAX = 8  # runners-up named in the headline; the rest are counted
 
 
 def _also(impl: str, geo: float, good: pd.DataFrame, n: int) -> str:

@@ -1,7 +1,10 @@
 """The report's compact view: implementation x shape, one cell per case.
 
 Rows are the shapes (parameters that vary across the run, in sweep order) with the dtype as a
-column; columns are the implementations, baseline first. A GPU cell holds the op's primary
+column; columns are the implementations, baseline first. A run of more implementations than
+twice its shapes (a config grid: one shape, dozens of variants) is turned on its side: a row per
+implementation, baseline first and then fastest first (by the primary metric of the first
+shape), a column per shape. A GPU cell holds the op's primary
 metric (TFLOP/s for compute ops, GB/s for memory ops: `Op.primary`) and the speedup vs the
 baseline with its significance mark; the best cell of a row (highest primary metric among the
 correct cases) is bold. A CPU cell holds the correctness status only: interpreter timings say
@@ -84,6 +87,23 @@ def pivot(df: pd.DataFrame, *, cpu: bool, primary: str, fixed: dict) -> dict:
             else:
                 row.append(text)
         rows.append(row)
+    best = {i: n for i, n in best_count.items() if n}
+    if rows and len(impls) > 2 * len(rows):
+        return _on_its_side(impls, rows, cpu, primary, best, next(iter(by_key.values())))
     return {"columns": ["shape", "dtype", *(f"`{i}`" for i in impls)], "rows": rows,
-            "align": list("ll" + ("c" if cpu else "r") * len(impls)),
-            "best": {i: n for i, n in best_count.items() if n}}
+            "align": list("ll" + ("c" if cpu else "r") * len(impls)), "best": best,
+            "sideways": False}
+
+
+def _on_its_side(impls: list[str], rows: list[list[str]], cpu: bool, primary: str,
+                 best: dict, first_shape: dict[str, dict]) -> dict:
+    """Implementations as rows: the baseline, then by the first shape's primary metric."""
+    def rank(k: int) -> tuple:
+        v = None if k == 0 or cpu else _cell(first_shape.get(impls[k]), cpu, primary)[1]
+        return (k > 0, -v if v is not None else 0.0, k)
+
+    order = sorted(range(len(impls)), key=rank)
+    return {"columns": ["implementation", *(f"{r[0]} · {r[1]}" for r in rows)],
+            "rows": [[f"`{impls[k]}`", *(row[2 + k] for row in rows)] for k in order],
+            "align": list("l" + ("c" if cpu else "r") * len(rows)), "best": best,
+            "sideways": True}

@@ -92,3 +92,23 @@ def test_cpu_flash_smoke_report_folds_and_groups_skips(cpu_flash_run, tmp_path):
     assert [ln.split("`")[1] for ln in skips] == ["sdpa_flash", "sdpa_efficient", "sdpa_cudnn"]
     html = Report(run).html({})
     assert f"<details><summary>All {n} cases" in html
+
+
+def test_a_config_grid_report_lists_implementations_down_fastest_first():
+    """The real H200 dK/dV grid (36 forced configs, one shape): the pivot has a row per
+    implementation (the baseline, then fastest first), and the headline names the best few."""
+    md = Report(EXAMPLES / "20261123T111718Z-tune-flash-bwd-dkdv-4b29",
+                store_arg="runs/examples").markdown()
+    pivot = _section(md, "## Implementation × shape")
+    assert "| implementation | B=4 H=16 N=4096 D=128 causal=false mode=bwd · fp16 |" in pivot
+    rows = [ln for ln in pivot.splitlines() if ln.startswith("| `")]
+    assert len(rows) == 39
+    assert rows[0] == "| `triton_flash` | 307 |"
+    assert rows[1] == "| `sdpa_cudnn` | **520 · 1.69x** |"
+    assert rows[2].startswith("| `triton_flash[dkdv.BLOCK_M=64,dkdv.BLOCK_N=64,dkdv.num_warps=4,"
+                              "dkdv.num_stages=2]` | 371 · 1.21x")
+    rates = [float(r.split("|")[2].strip(" *").split(" ")[0]) for r in rows[1:]]
+    assert rates == sorted(rates, reverse=True)
+    assert "the highest TFLOP/s in the column" in md
+    also = next(ln for ln in md.splitlines() if ln.startswith("- Also, geo-mean"))
+    assert "… 29 more …" in also and also.count("**") == 2 * 8
