@@ -51,7 +51,7 @@ def make_run(root: Path, run_id: str, cases: dict[str, dict], env: dict | None =
         ms = np.asarray(c.get("ms", []), dtype=float)
         rrows.append({"case_id": cid, "correct": correct,
                       "median_ms": float(np.median(ms)) if len(ms) else None,
-                      "sm_clock_timed_mhz": c.get("clock")})
+                      "sm_clock_timed_mhz": c.get("clock"), "code_hash": c.get("code")})
         srows += [{"case_id": cid, "i": i, "ms": float(v)} for i, v in enumerate(ms)]
     store.write_table(run_dir, "cases", pd.DataFrame(crows))
     store.write_table(run_dir, "results", pd.DataFrame(rrows))
@@ -192,17 +192,21 @@ def test_failed_correctness_never_faster_and_missing_samples(tmp_path):
 def test_a_change_the_sm_clock_explains_is_not_credited_and_the_clock_is_named(tmp_path):
     """Real H200 A/A pair (same code, same config): triton_flash 1.11x and sdpa_cudnn 1.08x
     apart with the clock under load 1815 vs 1950 MHz. Such a change is not faster/slower; one
-    larger than the clock can explain still is, and the clock is named as evidence."""
+    larger than the clock can explain still is, and the clock is named as evidence. Where the
+    code changed, the change may have moved the clock: the mark stands."""
+    def case(ms, clock, code="c0"):
+        return {"ms": ms, "clock": clock, "code": code}
+
     base = make_run(tmp_path, "base", {
-        "torch": {"ms": noisy(1.0, seed=1), "clock": 1950.0},
-        "triton": {"ms": noisy(1.0, seed=2), "clock": 1815.0},
-        "cudnn": {"ms": noisy(1.0, seed=5), "clock": 1815.0},
-        "flash": {"ms": noisy(1.0, seed=7), "clock": 1950.0}})
+        "torch": case(noisy(1.0, seed=1), 1950.0), "triton": case(noisy(1.0, seed=2), 1815.0),
+        "cudnn": case(noisy(1.0, seed=5), 1815.0), "flash": case(noisy(1.0, seed=7), 1950.0),
+        "edited": case(noisy(1.0, seed=9), 1950.0)})
     cand = make_run(tmp_path, "cand", {
-        "torch": {"ms": noisy(1.0, seed=3), "clock": 1950.0},
-        "triton": {"ms": noisy(1 / 1.09, seed=4), "clock": 1950.0},  # clock x1.074: explained
-        "cudnn": {"ms": noisy(1 / 1.25, seed=6), "clock": 1950.0},   # beyond the clock: faster
-        "flash": {"ms": noisy(1 / 1.10, seed=8), "clock": 1815.0}})  # clock fell, yet faster
+        "torch": case(noisy(1.0, seed=3), 1950.0),
+        "triton": case(noisy(1 / 1.09, seed=4), 1950.0),  # clock x1.074: explained
+        "cudnn": case(noisy(1 / 1.25, seed=6), 1950.0),   # beyond the clock: faster
+        "flash": case(noisy(1 / 1.10, seed=8), 1815.0),   # the clock fell, yet faster
+        "edited": case(noisy(1.09, seed=10), 1815.0, code="c1")})  # new code, slower clock
     t = compare_runs(base, cand, noise=0.03).time.set_index("impl")
     assert t.loc["torch", "mark"] == "same"
     assert t.loc["triton", "mark"] == "ambiguous"
@@ -213,6 +217,8 @@ def test_a_change_the_sm_clock_explains_is_not_credited_and_the_clock_is_named(t
     assert t.loc["cudnn", "mark"] == "faster"
     assert "SM clock 1815 → 1950 MHz" in t.loc["cudnn", "evidence"]
     assert t.loc["flash", "mark"] == "faster"
+    assert t.loc["edited", "mark"] == "slower"
+    assert t.loc["edited", "evidence"] == ["SM clock 1950 → 1815 MHz", "code changed"]
     assert not any(e.startswith("SM clock") for e in t.loc["torch", "evidence"])
 
 

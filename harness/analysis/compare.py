@@ -179,13 +179,25 @@ def clock_moved(k: float | None) -> bool:
     return k is not None and abs(math.log(k)) >= math.log1p(CLOCK_MOVED)
 
 
-def clock_explained(d: TimeDiff, k: float | None, noise: float) -> bool:
-    """Whether a marked change is no more than the SM clock's move can explain. A kernel's time
-    scales at most inversely with the SM clock (a compute-bound one does, a memory-bound one
-    less), so the change counts only if its CI, divided by the clock ratio, still clears the
-    noise band. The clocks are not locked here (the harness never changes them), and between
-    two runs of unchanged code on one H200 they moved by up to 8 % on power-hungry kernels."""
-    if not clock_moved(k):
+def same_code(rb: dict, rc: dict) -> bool:
+    """Both runs record the case's code hash, the same, and the same launch config (or none)."""
+    ha, hb = rb.get("code_hash"), rc.get("code_hash")
+    if not (isinstance(ha, str) and ha == hb):
+        return False
+    ca, cb = rb.get("config"), rc.get("config")
+    return (ca if isinstance(ca, str) else None) == (cb if isinstance(cb, str) else None)
+
+
+def clock_explained(d: TimeDiff, k: float | None, noise: float, unchanged: bool) -> bool:
+    """Whether a marked change of unchanged code and config is no more than the SM clock's
+    move can explain. A kernel's time scales at most inversely with the SM clock (a
+    compute-bound one does, a memory-bound one less), so the change counts only if its CI,
+    divided by the clock ratio, still clears the noise band. The clocks are not locked here
+    (the harness never changes them), and between two runs of unchanged code on one H200 they
+    moved by up to 8 % on power-hungry kernels. Where the code or config changed, the change
+    may have moved the clock itself (a kernel that draws more power runs slower clocks): the
+    mark stands and the clock is only named."""
+    if not unchanged or not clock_moved(k):
         return False
     if d.mark == "faster" and k > 1:
         return d.ci_low / k <= 1 + noise
@@ -336,7 +348,7 @@ def compare_runs(base_dir, cand_dir, *, allow_incomparable: bool = False,
             d = compare_samples(xb, xc, noise=band, alpha=alpha)
             mark, text = d.mark, d.change_text()
             k = clock_ratio(rb, rc)
-            if clock_explained(d, k, band):
+            if clock_explained(d, k, band, same_code(rb, rc)):
                 mark = "ambiguous"
                 text = (f"not credited: {text}, but the SM clock under load moved "
                         f"{_num(rb.get('sm_clock_timed_mhz')):.0f} → "
