@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import traceback
 from dataclasses import dataclass, field
@@ -69,7 +68,7 @@ def store_roots(argv: list[str] | None = None, environ: dict | None = None) -> l
     return roots
 
 
-def _stamp(path: str | Path) -> tuple:
+def stamp(path: str | Path) -> tuple:
     """Names, sizes and mtimes of a directory's entries: changes whenever a file is renamed in."""
     try:
         return tuple(sorted((e.name, e.stat().st_mtime_ns, e.stat().st_size)
@@ -140,7 +139,7 @@ def _cached_run(path: str, stamp: tuple, cal_roots: tuple[str, ...]) -> RunData:
 
 def load_run(path: str, roots: list[Root] | None = None) -> RunData:
     cal_roots = tuple(r.path for r in roots or [])
-    return _cached_run(str(path), _stamp(path), cal_roots)
+    return _cached_run(str(path), stamp(path), cal_roots)
 
 
 def error_card(run_id: str, message: str, detail: str | None = None) -> None:
@@ -348,8 +347,8 @@ def since(rd: RunData):
     """The run's since-last-run block (analysis.since.Since), None when its manifest records no
     pair. Cached on the run, its previous run and the store root (new A/A runs move the floor)."""
     prev = (rd.manifest.get("against") or {}).get("path") or ""
-    return _cached_since(rd.path, (_stamp(rd.path), _stamp(prev) if prev else (),
-                                   _stamp(Path(rd.path).parent)))
+    return _cached_since(rd.path, (stamp(rd.path), stamp(prev) if prev else (),
+                                   stamp(Path(rd.path).parent)))
 
 
 def since_impl_table(s) -> pd.DataFrame:
@@ -438,156 +437,3 @@ def kernel_rows(metrics: pd.DataFrame, case_order: list[str] | None = None
                                         aggfunc="first")
     tot.columns.name = None
     return source, k, tot
-
-
-# -- compare ---------------------------------------------------------------------------------------
-
-@st.cache_data(show_spinner=False, max_entries=16)
-def _cached_compare(base: str, cand: str, stamps: tuple, allow: bool) -> dict:
-    from harness.analysis.compare import compare_runs, env_problems
-
-    env = [(store.load_manifest(p).get("env") or {}) for p in (base, cand)]
-    incomparable = env_problems(*env)
-    try:
-        c = compare_runs(base, cand, allow_incomparable=allow)
-    except HarnessError as exc:
-        return {"refused": str(exc), "incomparable": incomparable}
-    return {"refused": None, "incomparable": incomparable, "base_run": c.base_run,
-            "cand_run": c.cand_run, "problems": list(c.problems), "time": c.time,
-            "metrics": c.metrics, "headline": c.headline, "notes": list(c.notes)}
-
-
-def compare(base: str, cand: str, allow_incomparable: bool) -> dict:
-    """`compare_runs` as a dict. `refused` holds the message when it refuses (envs differ, no
-    common case); `incomparable` lists the env differences (what "compare anyway" overrides)."""
-    return _cached_compare(base, cand, (_stamp(base), _stamp(cand)), allow_incomparable)
-
-
-MARKS = {"faster": "▲ faster", "slower": "▼ slower", "same": "= same",
-         "ambiguous": "~ ambiguous", "missing": "x missing"}
-MARK_COLORS = {"faster": "#1a7f37", "slower": "#cf222e", "same": "#57606a",
-               "ambiguous": "#9a6700", "missing": "#8250df"}
-
-
-def time_table(time: pd.DataFrame) -> pd.DataFrame:
-    out = time.copy()
-    out["mark"] = out["mark"].map(lambda m: MARKS.get(m, m))
-    cols = ["mark", "key", "base_ms", "cand_ms", "ratio", "ci_low", "ci_high", "p_value", "text",
-            "base_n", "cand_n", "base_correct", "cand_correct"]
-    return out[[c for c in cols if c in out]].round(4)
-
-
-def moved_metrics(metrics: pd.DataFrame, min_rel: float) -> pd.DataFrame:
-    """The metrics `compare_runs` found moved, narrowed to |relative change| >= `min_rel`
-    (rows without a numeric change, like a new top stall, are kept), biggest first."""
-    if not len(metrics):
-        return metrics
-    rel = pd.to_numeric(metrics.rel_delta, errors="coerce").abs()
-    keep = rel.isna() | (rel >= min_rel)
-    out = metrics[keep].assign(_r=rel[keep].fillna(math.inf))
-    out = out.sort_values("_r", ascending=False).drop(columns="_r")
-    for c in ("base", "cand", "delta"):  # mixed numbers and stall names
-        out[c] = out[c].map(_metric_text)
-    out["rel_delta"] = pd.to_numeric(out.rel_delta, errors="coerce").map(
-        lambda v: "-" if pd.isna(v) else f"{v * 100:+.1f}%")
-    return out
-
-
-def _metric_text(v) -> str:
-    """A moved metric's value as the terminal prints it: 4 significant digits, `-` if none."""
-    from dashboard.tables import MISSING, sig
-
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return MISSING
-    return sig(float(v), 4) if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
-
-
-# -- source lines (ncu SourceCounters) -------------------------------------------------------------
-
-@st.cache_data(show_spinner=False, max_entries=16)
-def _cached_source_lines(path: str, stamp: tuple) -> pd.DataFrame:
-    return store.load_source_lines(path)
-
-
-def source_lines(path: str) -> pd.DataFrame:
-    return _cached_source_lines(str(path), _stamp(path))
-
-
-def source_kernels(lines: pd.DataFrame) -> list[tuple[str, str]]:
-    """(case_id, kernel) pairs with sampled lines, in stored order."""
-    return list(dict.fromkeys(zip(lines.case_id, lines.kernel)))
-
-
-def source_files(lines: pd.DataFrame, case_id: str, kernel: str) -> list[str]:
-    """The kernel's files, most sampled first (the kernel's own file before Triton's library)."""
-    g = lines[(lines.case_id == case_id) & (lines.kernel == kernel)]
-    return list(g.groupby("file", sort=False).samples.sum().sort_values(ascending=False).index)
-
-
-def _read_source(path: str) -> list[str] | None:
-    try:
-        return Path(path).read_text(errors="replace").splitlines()
-    except OSError:
-        return None
-
-
-def _stale(src: list[str], by_line: dict[int, dict]) -> bool:
-    """The file on disk no longer holds the profiled code: a sampled line's stored text differs."""
-    return any(str(r.get("text") or "").strip() and
-               src[n - 1].strip() != str(r["text"]).strip() for n, r in by_line.items())
-
-
-def source_listing(lines: pd.DataFrame, case_id: str, kernel: str, file: str,
-                   context: int = 3) -> pd.DataFrame:
-    """The file's lines around the sampled ones: line, share %, samples, top stalls, source.
-    With the file on disk the listing is contiguous (sampled range ± context); without it, or
-    when it changed since the capture, only the sampled lines (their text is stored with them)."""
-    from harness.profilers.ncu_source import mix_text
-
-    g = lines[(lines.case_id == case_id) & (lines.kernel == kernel) & (lines.file == file)]
-    by_line = {int(r["line"]): r for r in g.to_dict("records")}
-    src = _read_source(file)
-    if src and by_line and max(by_line) <= len(src) and not _stale(src, by_line):
-        numbers = range(max(1, min(by_line) - context), min(len(src), max(by_line) + context) + 1)
-    else:
-        numbers, src = sorted(by_line), None
-    rows = []
-    for n in numbers:
-        r = by_line.get(n)
-        text = str(r["text"]) if r is not None and not src else (src[n - 1] if src else "")
-        rows.append({"line": n, "share %": round(r["share"] * 100, 2) if r is not None else None,
-                     "samples": int(r["samples"]) if r is not None else None,
-                     "top stalls": mix_text(r["stall_mix"], r["samples"], 3) if r is not None
-                     else "", "source": text.rstrip()})
-    return pd.DataFrame(rows, columns=["line", "share %", "samples", "top stalls", "source"])
-
-
-def heat_style(listing: pd.DataFrame, scale: float | None = None):
-    """The listing with each sampled row's background as hot as its share (max = full); share
-    and samples as text, blank on lines without samples (Streamlit would print "None")."""
-    share = pd.to_numeric(listing["share %"], errors="coerce")
-    top = scale or (share.max() if share.notna().any() else 0) or 1.0
-    shown = listing.assign(
-        **{"share %": share.map(lambda v: "" if pd.isna(v) else f"{v:.1f}"),
-           "samples": listing["samples"].map(lambda v: "" if pd.isna(v) else f"{v:.0f}")})
-
-    def row_style(row):
-        s = share.loc[row.name]
-        if pd.isna(s) or s <= 0:
-            return [""] * len(row)
-        return [f"background-color: rgba(230, 80, 0, {0.08 + 0.72 * min(1.0, s / top):.2f})"] \
-            * len(row)
-
-    return shown.style.apply(row_style, axis=1)
-
-
-def hot_lines_table(lines: pd.DataFrame, case_id: str, kernel: str, n: int = 10) -> pd.DataFrame:
-    from harness.profilers.ncu_source import mix_text
-
-    g = lines[(lines.case_id == case_id) & (lines.kernel == kernel)].nlargest(n, "samples")
-    return pd.DataFrame({
-        "where": [f"{Path(f).name}:{int(l)}" for f, l in zip(g.file, g.line)],
-        "share %": (g.share * 100).round(1).to_list(),
-        "top stalls": [mix_text(m, s, 3) for m, s in zip(g.stall_mix, g.samples)],
-        "triton lib": g.library.astype(bool).to_list(),
-        "source": g.text.str.strip().to_list()})

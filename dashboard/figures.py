@@ -8,7 +8,8 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboard.data import HISTORY_METRICS, MARK_COLORS
+from dashboard.compare_data import MARK_COLORS
+from dashboard.data import HISTORY_METRICS
 
 LAYOUT = dict(template="plotly_white", margin=dict(l=10, r=10, t=50, b=10),
               legend=dict(orientation="h", yanchor="top", y=-0.12, x=0))

@@ -1,7 +1,7 @@
 """Compare: the baseline run vs the run, as `harness compare` judges them."""
 import streamlit as st
 
-from dashboard import data, figures, tables
+from dashboard import compare_data, data, figures, tables
 
 st.title("Compare")
 roots = st.session_state["roots"]
@@ -26,7 +26,7 @@ c2.markdown(f"**candidate** · {cand.title}  \n`{cand.path}`")
 anyway = st.toggle("Compare anyway (even if the environments differ)", key="compare_anyway",
                    help="Runs from different GPUs, drivers, clocks or device kinds are not "
                         "comparable; with this on the result is shown, labelled INCOMPARABLE.")
-res = data.compare(base.path, cand.path, allow_incomparable=anyway)
+res = compare_data.compare(base.path, cand.path, allow_incomparable=anyway)
 if res["refused"]:
     st.error(f"Refused: {res['refused']}", icon=":material/block:")
     if res["incomparable"]:
@@ -40,17 +40,17 @@ for n in res["notes"]:
     st.info(n)
 time = res["time"]
 counts = time["mark"].value_counts()
-for col, mark in zip(st.columns(len(data.MARKS)), data.MARKS):
-    col.metric(data.MARKS[mark], int(counts.get(mark, 0)))
+for col, mark in zip(st.columns(len(compare_data.MARKS)), compare_data.MARKS):
+    col.metric(compare_data.MARKS[mark], int(counts.get(mark, 0)))
 if time["ratio"].notna().any():
     st.plotly_chart(figures.ratio_chart(time), key="ratios")
-tables.show(data.time_table(time), hide_index=True, width="stretch")
+tables.show(compare_data.time_table(time), hide_index=True, width="stretch")
 
 st.subheader("Profiler metrics that moved")
 st.caption("Metrics of the dominant kernel that moved beyond `harness compare`'s thresholds; "
            "narrow them further with the slider.")
 min_rel = st.slider("minimum relative change (%)", 0, 100, 0, step=1, key="min_rel") / 100
-moved = data.moved_metrics(res["metrics"], min_rel)
+moved = compare_data.moved_metrics(res["metrics"], min_rel)
 if len(moved):
     tables.show(moved, hide_index=True, width="stretch")
 else:

@@ -10,7 +10,7 @@ import pytest
 from dash_helpers import make_corrupt_runs
 from rich.console import Console
 
-from dashboard import data, launch
+from dashboard import compare_data, data, launch
 from harness.cli import build_parser
 from harness.errors import HarnessError
 
@@ -73,7 +73,7 @@ def test_moved_metrics_keeps_stall_changes():
          "delta": 1.0, "rel_delta": 1 / 32},
         {"key": "k", "impl": "t", "name": "top_stall", "base": "wait", "cand": "barrier",
          "delta": None, "rel_delta": None}])
-    out = data.moved_metrics(m, 0.10)
+    out = compare_data.moved_metrics(m, 0.10)
     assert list(out.name) == ["top_stall", "duration_us"]
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from dash_helpers import APP
 from streamlit.testing.v1 import AppTest
 
-from dashboard import data
+from dashboard import data, source_data
 from harness.importer import import_path
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
@@ -71,12 +71,12 @@ def test_heat_style_and_listing_without_the_file():
 
     lines = parse_report_lines(FIX / "ncu_source" / "src_softmax.ncu-rep")
     lines = lines.assign(file="/nowhere/" + lines.file.str.split("/").str[-1])
-    case, kernel = data.source_kernels(lines)[0]
-    files = data.source_files(lines, case, kernel)
+    case, kernel = source_data.source_kernels(lines)[0]
+    files = source_data.source_files(lines, case, kernel)
     assert files[0].endswith("triton_softmax.py")
-    listing = data.source_listing(lines, case, kernel, files[0])
+    listing = source_data.source_listing(lines, case, kernel, files[0])
     assert list(listing.line) == sorted(listing.line) and listing["share %"].notna().all()
-    html = data.heat_style(listing).to_html()
+    html = source_data.heat_style(listing).to_html()
     assert "rgba(230, 80, 0, 0.80)" in html  # the hottest line (31: the load) at full heat
     assert isinstance(listing, pd.DataFrame)
 
@@ -98,11 +98,11 @@ def test_listing_ignores_a_file_changed_since_the_capture(tmp_path):
     src = tmp_path / "flash_fwd.py"
     src.write_text("\n".join(texts.get(n, f"# line {n}") for n in range(1, max(texts) + 11)))
     lines.loc[own, "file"] = str(src)
-    case, kernel = data.source_kernels(lines)[0]
-    fresh = data.source_listing(lines, case, kernel, str(src))
+    case, kernel = source_data.source_kernels(lines)[0]
+    fresh = source_data.source_listing(lines, case, kernel, str(src))
     assert len(fresh) > own.sum()  # contiguous: the file matches the capture
     src.write_text("\n".join(["# a line inserted above the kernel"] +
                              [texts.get(n, f"# line {n}") for n in range(1, max(texts) + 11)]))
-    stale = data.source_listing(lines, case, kernel, str(src))
+    stale = source_data.source_listing(lines, case, kernel, str(src))
     assert list(stale.line) == sorted(texts)
     assert "tl.exp2(qk)" in stale[stale.line == 99].source.iloc[0]
