@@ -7,7 +7,7 @@ Nothing here starts a process or touches a device, so every rule is unit-tested 
     estimate_s(case, op, timing, device, prev) -> expected seconds of one (check + time) case
     shard(case_ids, cost, n, group_of)         -> n lists, longest first, greedy onto the least
                                                   loaded shard (LPT: within 4/3 of optimal);
-                                                  a shape's cases together (see `grouped`)
+                                                  a shape's cases together (`longest_first`)
     case_timeout_s(est, timing)                -> the watchdog limit of one (pass, case)
     shard_by_impl(case_ids, impl_of, cost, n)   -> n lists for the profiler passes: an
                                                   implementation's cases stay together (its
