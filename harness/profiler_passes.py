@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rich.progress import Progress
 
 from harness import env as envmod
 from harness import spec, store
-from harness.executors.process import (describe_rc, run_threads, stream, worker_argv,
-                                       worker_env)
+from harness.executors.process import describe_rc, stream, worker_argv, worker_env
 from harness.executors.schedule import shard_by_impl
 
 
@@ -130,9 +130,10 @@ class ProfilerPasses:
         ran = time.monotonic() - started
         progress.update(task, description=f"{prof_name} export")
 
-        def finish(i: int, out_dir: Path, ids: list[str]) -> dict:
+        def finish(shard: tuple) -> dict:
             """Export and parse one shard's capture (shards side by side: each is an ncu or
             nsys process of its own, and reading a large report takes seconds)."""
+            _gpu, ids, out_dir = shard
             got: dict = {"frame": None, "tables": {}, "error": None, "tables_error": None}
             try:
                 if prof_name == "torch_profiler":
@@ -148,11 +149,8 @@ class ProfilerPasses:
                 got["tables_error"] = exc
             return got
 
-        finished: dict[int, dict] = {}
-        threads = [threading.Thread(target=lambda i=i, d=d, ids=ids:
-                                    finished.__setitem__(i, finish(i, d, ids)), daemon=True)
-                   for i, (_gpu, ids, d) in enumerate(shards)]
-        run_threads(threads, threading.Event())
+        with ThreadPoolExecutor(len(shards)) as pool:
+            finished = list(pool.map(finish, shards))
         wall = time.monotonic() - started
         self.pass_wall[prof_name] = round(wall, 2)
         progress.update(task, description=prof_name)
@@ -171,7 +169,7 @@ class ProfilerPasses:
             elif rc != 0:
                 states.append(f"failed: exit {describe_rc(rc)}"
                               f"{': ' + problem if problem else ''} (log: {log})")
-            got = finished.get(i) or {"error": RuntimeError("export did not finish")}
+            got = finished[i]
             if got["error"] is not None:
                 exc = got["error"]
                 self._set_pass(prof_name, f"failed: {type(exc).__name__}: {exc}")
