@@ -46,11 +46,9 @@ def gpu_state(index: int, loader=ctypes.CDLL) -> dict | None:
         name = ctypes.create_string_buffer(NAME_LEN)
         if lib.nvmlDeviceGetName(handle, name, ctypes.c_uint(NAME_LEN)) != NVML_SUCCESS:
             return None
-        out = {"gpu_name": name.value.decode(errors="replace")}
-        for key, clock in (("sm_clock_mhz", NVML_CLOCK_SM), ("mem_clock_mhz", NVML_CLOCK_MEM)):
-            val = ctypes.c_uint()
-            ok = lib.nvmlDeviceGetClockInfo(handle, ctypes.c_int(clock), ctypes.byref(val))
-            out[key] = float(val.value) if ok == NVML_SUCCESS else None
+        out = {"gpu_name": name.value.decode(errors="replace"),
+               "sm_clock_mhz": _clock(lib, handle, NVML_CLOCK_SM),
+               "mem_clock_mhz": _clock(lib, handle, NVML_CLOCK_MEM)}
         temp = ctypes.c_uint()
         ok = lib.nvmlDeviceGetTemperature(handle, ctypes.c_int(NVML_TEMPERATURE_GPU),
                                           ctypes.byref(temp))
@@ -67,12 +65,17 @@ def sm_clock(index: int, loader=ctypes.CDLL) -> float | None:
     handle = _handle(lib, index) if lib is not None else None
     if handle is None:
         return None
-    val = ctypes.c_uint()
     try:
-        ok = lib.nvmlDeviceGetClockInfo(handle, ctypes.c_int(NVML_CLOCK_SM), ctypes.byref(val))
+        return _clock(lib, handle, NVML_CLOCK_SM) or None
     except (OSError, AttributeError, ValueError):
         return None
-    return float(val.value) if ok == NVML_SUCCESS and val.value else None
+
+
+def _clock(lib, handle, which: int) -> float | None:
+    """One clock of a GPU in MHz (NVML_CLOCK_SM / NVML_CLOCK_MEM), None when NVML says no."""
+    val = ctypes.c_uint()
+    ok = lib.nvmlDeviceGetClockInfo(handle, ctypes.c_int(which), ctypes.byref(val))
+    return float(val.value) if ok == NVML_SUCCESS else None
 
 
 def _handle(lib, index: int):

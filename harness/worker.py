@@ -197,9 +197,8 @@ class Worker:
         """An NVML reading of this worker's GPU's SM clock (None without NVML)."""
         from harness import nvml
 
-        gpu = os.environ.get("HARNESS_GPU")
-        index = int(gpu) if gpu is not None and gpu.isdigit() else 0
-        return lambda: nvml.sm_clock(index)
+        index = _gpu_index()
+        return lambda: nvml.sm_clock(0 if index is None else index)
 
     def do_profile(self, impl, params, dtype, case_id) -> dict:
         self._warm_then_range(impl, params, dtype, case_id, lambda fn: fn())
@@ -219,10 +218,7 @@ class Worker:
         by ncu)."""
         import socket
 
-        out = {"host": socket.gethostname(), "gpu": None}
-        gpu = os.environ.get("HARNESS_GPU")
-        if gpu is not None and gpu.isdigit():
-            out["gpu"] = int(gpu)
+        out = {"host": socket.gethostname(), "gpu": _gpu_index()}
         if self.device == "cuda":
             out.update(gpu_state(out["gpu"] if out["gpu"] is not None else 0))
         return out
@@ -316,6 +312,12 @@ class Worker:
             return False
         except Exception:
             return True
+
+
+def _gpu_index() -> int | None:
+    """The GPU this worker was pinned to (HARNESS_GPU, PCI bus order), None if not pinned."""
+    gpu = os.environ.get("HARNESS_GPU")
+    return int(gpu) if gpu is not None and gpu.isdigit() else None
 
 
 def gpu_state(index: int) -> dict:
