@@ -67,7 +67,8 @@ COMPARED_METRICS = (
 METRIC_LABEL = {name: (label, fmt) for _, name, label, fmt, _, _ in COMPARED_METRICS}
 TIME_COLUMNS = ["key", "op", "impl", "params", "dtype", "base_case_id", "cand_case_id",
                 "base_ms", "cand_ms", "ratio", "ci_low", "ci_high", "p_value", "mark", "text",
-                "base_n", "cand_n", "base_correct", "cand_correct", "threshold", "evidence"]
+                "base_n", "cand_n", "base_correct", "cand_correct", "threshold", "evidence",
+                "clock_explained"]
 METRIC_COLUMNS = ["key", "impl", "name", "base", "cand", "delta", "rel_delta"]
 # SM clocks under load (results' sm_clock_timed_mhz) this far apart: named as evidence, and a
 # change no larger than the clock's move can explain is not credited to the code
@@ -342,13 +343,14 @@ def compare_runs(base_dir, cand_dir, *, allow_incomparable: bool = False,
             side = "base" if xb is None or not len(xb) else "candidate"
             row.update(ratio=math.nan, ci_low=math.nan, ci_high=math.nan, p_value=math.nan,
                        mark="missing", text=f"missing (no samples in the {side} run)",
-                       threshold=math.nan)
+                       threshold=math.nan, clock_explained=False)
         else:
             band = noisemod.threshold(floor.for_impl(r["impl"]), xb, xc)
             d = compare_samples(xb, xc, noise=band, alpha=alpha)
             mark, text = d.mark, d.change_text()
             k = clock_ratio(rb, rc)
-            if clock_explained(d, k, band, same_code(rb, rc)):
+            by_clock = clock_explained(d, k, band, same_code(rb, rc))
+            if by_clock:
                 mark = "ambiguous"
                 text = (f"not credited: {text}, but the SM clock under load moved "
                         f"{_num(rb.get('sm_clock_timed_mhz')):.0f} → "
@@ -359,7 +361,7 @@ def compare_runs(base_dir, cand_dir, *, allow_incomparable: bool = False,
                 mark = "ambiguous"
                 text = f"not credited: the {who} case failed correctness ({text})"
             row.update(ratio=d.ratio, ci_low=d.ci_low, ci_high=d.ci_high, p_value=d.p_value,
-                       mark=mark, text=text, threshold=band)
+                       mark=mark, text=text, threshold=band, clock_explained=by_clock)
         time_rows.append(row)
         metric_rows.extend(metric_deltas(key, r["impl"], rb, rc))
     metrics = pd.DataFrame(metric_rows, columns=METRIC_COLUMNS)
