@@ -189,6 +189,17 @@ def _spans(out_dir: Path) -> list[tuple[float, float, str]]:
     return sorted(spans)
 
 
+def _case_at(spans: list[tuple[float, float, str]]):
+    """t (ns) -> the case whose range holds t, else None. The worker opens one case's range at
+    a time, so the sorted ranges do not overlap: the last that starts at or before t is it."""
+    starts = [s for s, _, _ in spans]
+
+    def at(t: float) -> str | None:
+        i = bisect.bisect_right(starts, t) - 1
+        return spans[i][2] if i >= 0 and t <= spans[i][1] else None
+    return at
+
+
 def _col(row: dict, *names: str) -> str | None:
     """A column by any of its spellings (nsys writes CorrID in one report, CorrId in another)."""
     low = {k.lower(): v for k, v in row.items() if k}
@@ -204,15 +215,15 @@ def _kernels_by_window(out_dir: Path) -> dict[str, dict[str, tuple[float, float]
     spans = _spans(out_dir)
     if not (api_f.exists() and gpu_f.exists() and spans):
         return None
-    starts = [s for s, _, _ in spans]
+    at = _case_at(spans)
     case_of: dict[str, str] = {}  # correlation id -> case
     for r in read_stats_csv(api_f):
         start, corr = _f(r.get("Start (ns)")), _col(r, "CorrID", "CorrId")
         if start is None or corr is None or "Launch" not in (r.get("Name") or ""):
             continue
-        i = bisect.bisect_right(starts, start) - 1
-        if i >= 0 and start <= spans[i][1]:
-            case_of[str(corr).strip()] = spans[i][2]
+        case = at(start)
+        if case is not None:
+            case_of[str(corr).strip()] = case
     out: dict[str, dict[str, tuple[float, float]]] = {}
     for r in read_stats_csv(gpu_f):
         name = r.get("Name") or ""
@@ -233,17 +244,16 @@ def _api_time_per_range(out_dir: Path) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     if not (spans and api_f.exists()):
         return out
+    at = _case_at(spans)
     for r in read_stats_csv(api_f):
         start, dur = _f(r.get("Start (ns)")), _f(r.get("Duration (ns)"))
-        if start is None or dur is None:
+        case = at(start) if start is not None and dur is not None else None
+        if case is None:
             continue
-        for s, e, case in spans:
-            if s <= start <= e:
-                t = out.setdefault(case, {"api_time_us": 0.0, "launch_api_us": 0.0})
-                t["api_time_us"] += dur / 1e3
-                if "Launch" in (r.get("Name") or ""):
-                    t["launch_api_us"] += dur / 1e3
-                break
+        t = out.setdefault(case, {"api_time_us": 0.0, "launch_api_us": 0.0})
+        t["api_time_us"] += dur / 1e3
+        if "Launch" in (r.get("Name") or ""):
+            t["launch_api_us"] += dur / 1e3
     return out
 
 
