@@ -157,6 +157,34 @@ def run_threads(threads: list[threading.Thread], stop: threading.Event) -> None:
         raise Interrupted() from None
 
 
+class CaseWatch:
+    """The (pass, case) a worker has in flight, from its start/done events, and `expired`, the
+    watchdog `stream` polls: the case outlived its limit (`limits[case_id]`, seconds) or `stop`
+    is set."""
+
+    def __init__(self, limits: dict[str, float], stop: threading.Event | None = None):
+        self.limits, self.stop = limits, stop
+        self.clear()
+
+    def clear(self) -> None:
+        self.pass_name: str | None = None
+        self.case: str | None = None
+        self.since: float | None = None
+
+    def see(self, ev: dict) -> None:
+        if ev.get("event") == "start":
+            self.pass_name, self.case = ev.get("name"), ev.get("case_id")
+            self.since = time.monotonic()
+        elif ev.get("event") == "done":
+            self.clear()
+
+    def expired(self) -> bool:
+        if self.stop is not None and self.stop.is_set():
+            return True
+        return bool(self.case and
+                    time.monotonic() - self.since > self.limits.get(self.case, float("inf")))
+
+
 def todo(run_dir: Path, pass_name: str, case_ids: list[str]) -> list[str]:
     done = {r["case_id"] for r in store.read_parts(run_dir, pass_name)}
     return [c for c in case_ids if c not in done]
@@ -173,21 +201,12 @@ def run_shard(run_dir: Path, case_ids: list[str], *, device: str, limits: dict[s
     shard go to parts/<pass>.<shard>.jsonl (parts/<pass>.jsonl without a shard). Setting
     `stop` (Ctrl-C seen by another thread) kills the worker and raises Interrupted.
     """
-    current: dict = {"pass": None, "case": None, "since": None}
+    watch = CaseWatch(limits, stop)
     host = socket.gethostname()
 
     def on_ev(ev):
-        if ev["event"] == "start":
-            current.update({"pass": ev["name"], "case": ev["case_id"], "since": time.monotonic()})
-        elif ev["event"] == "done":
-            current.update({"pass": None, "case": None, "since": None})
+        watch.see(ev)
         on_event({**ev, "gpu": gpu})
-
-    def expired() -> bool:
-        if stop is not None and stop.is_set():
-            return True
-        c = current["case"]
-        return bool(c and time.monotonic() - current["since"] > limits.get(c, float("inf")))
 
     restarts = 0
     rel_log = _rel(log_path, run_dir)
@@ -200,11 +219,11 @@ def run_shard(run_dir: Path, case_ids: list[str], *, device: str, limits: dict[s
         pending = [c for c in case_ids if any(c in v for v in left.values())]
         argv = worker_argv(run_dir, ",".join(MEASURE_PASSES), device, pending, shard=shard)
         rc, timed_out = stream(argv, env or worker_env(device, gpu), log_path, on_ev,
-                               watchdog=expired)
+                               watchdog=watch.expired)
         if stop is not None and stop.is_set():
             raise Interrupted()
-        if current["case"] and (timed_out or rc != 0):
-            pass_name, case_id = current["pass"], current["case"]
+        if watch.case and (timed_out or rc != 0):
+            pass_name, case_id = watch.pass_name, watch.case
             if timed_out:
                 limit = limits.get(case_id)
                 err = (f"timed out after {limit:g} s (watchdog; timing.case_timeout_s); "
@@ -218,7 +237,7 @@ def run_shard(run_dir: Path, case_ids: list[str], *, device: str, limits: dict[s
                               shard=shard)
             on_event({"event": "done", "name": pass_name, "case_id": case_id, "status": status,
                       "gpu": gpu})
-            current.update({"pass": None, "case": None, "since": None})
+            watch.clear()
         after = sum(len(todo(run_dir, p, case_ids)) for p in MEASURE_PASSES)
         restarts += 1
         if after == before or restarts > MAX_RESTARTS:

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Callable
 
 from harness import store
-from harness.executors.process import run_threads, stream, todo, worker_argv, worker_env
+from harness.executors.process import (CaseWatch, run_threads, stream, todo, worker_argv,
+                                       worker_env)
 from harness.executors.schedule import compile_workers, warm_shards
 
 MEMORY_SHARE = 0.9  # of the GPU's memory, split between the compile-ahead workers
@@ -43,25 +44,17 @@ def compile_ahead(run_dir: Path, case_ids: list[str], *, device: str,
 
     def one(i: int, shard_ids: list[str]) -> None:
         gpu = gpus[i % len(gpus)] if gpus else None
-        current: dict = {"case": None, "since": None}
+        watch = CaseWatch(limits, stop)
 
         def on_ev(ev):
-            if ev.get("event") == "start":
-                current.update(case=ev.get("case_id"), since=time.monotonic())
-            elif ev.get("event") == "done":
-                current.update(case=None, since=None)
+            watch.see(ev)
             with lock:
                 on_event({**ev, "gpu": gpu})
-
-        def expired() -> bool:
-            c = current["case"]
-            return stop.is_set() or bool(
-                c and time.monotonic() - current["since"] > limits.get(c, float("inf")))
 
         env = {**worker_env(device, gpu), "HARNESS_WARM_MEMORY_FRACTION": f"{frac:.3f}"}
         argv = worker_argv(run_dir, "warm", device, shard_ids, shard=f"warm{i}")
         stream(argv, env, store.raw_dir(run_dir, "logs") / f"warm{i}.log", on_ev,
-               watchdog=expired)  # whatever the exit: best effort, the check pass decides
+               watchdog=watch.expired)  # whatever the exit: best effort, the check pass decides
 
     run_threads([threading.Thread(target=one, args=(i, s), name=f"warm{i}", daemon=True)
                  for i, s in enumerate(shards)], stop)
