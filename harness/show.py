@@ -100,12 +100,28 @@ def flat_config(cfg: dict[str, dict], many_tuners: bool,
     return out
 
 
+def fold_repeats(cfg: dict[str, dict]) -> dict[str, dict]:
+    """A tuner picked again in one case (`tuner#2`: a second GEMM of the MLP) shows only the
+    fields where its pick differs from the first; an identical repeat is left out."""
+    out = {}
+    for name, fields in cfg.items():
+        base, sep, _ = name.partition("#")
+        first = cfg.get(base) if sep else None
+        if first is None or not isinstance(fields, dict):
+            out[name] = fields
+            continue
+        diff = {k: v for k, v in fields.items() if first.get(k) != v}
+        if diff:
+            out[name] = diff
+    return out
+
+
 def config_cells(rows: list[dict]) -> tuple[str, list[str]] | None:
     """(header, cells): per row, the launch-config fields that vary across the run, and the
     source when not tuned. When every configured row has the same fields the header names them
     and a cell is `64/32/4 (forced)`; else a cell is `BLOCK_M=64 dq.BLOCK_N=32`. None when no
     field varies (the column is left out)."""
-    cfgs = [parse_config(r.get("config")) for r in rows]
+    cfgs = [fold_repeats(parse_config(r.get("config"))) for r in rows]
     many = len({t for c in cfgs for t in c}) > 1
     prefixes = tuner_prefixes(rows) if many else {}
     flats = [flat_config(c, many, prefixes) for c in cfgs]

@@ -188,6 +188,16 @@ def test_show_prints_the_config_compactly_only_where_it_varies():
     both = [row("a", {fwd: {"BLOCK_M": 128}, dq: {"BLOCK_M": 64}}),
             row("b", {fwd: {"BLOCK_M": 128}, dq: {"BLOCK_M": 32}})]
     assert config_cells(both) == ("config dq.BLOCK_M", ["64 (forced)", "32 (forced)"])
+    # a tuner picked twice in one case (the MLP's two GEMMs): an identical repeat is left out,
+    # a different one shows only the fields that differ
+    mm = "matmul_tma"
+    first = {"BLOCK_M": 128, "BLOCK_N": 256}
+    twice = [row("up_down_same", {mm: first, mm + "#2": dict(first)}, "tuned"),
+             row("up_down_differ", {mm: first, mm + "#2": {**first, "BLOCK_N": 128}}, "tuned"),
+             row("other", {mm: {"BLOCK_M": 64, "BLOCK_N": 256}}, "tuned")]
+    assert config_cells(twice) == (
+        "config", ["matmul_tma.BLOCK_M=128", "matmul_tma.BLOCK_M=128 matmul_tma#2.BLOCK_N=128",
+                   "matmul_tma.BLOCK_M=64"])
     from harness.show import compact_keys
 
     assert compact_keys(["dkdv.BLOCK_M", "dkdv.BLOCK_N", "dq.BLOCK_M", "BLOCK_N"]) == \

@@ -1,5 +1,5 @@
 """Build the fused-op kernels (vector_add, layernorm fwd/bwd, add_layernorm, linear_gelu/mlp
-matmul, fused mlp, groupnorm_mish) for sm_90 without a GPU: does every launch configuration the
+matmul and its TMA form, fused mlp, groupnorm_mish) for sm_90 without a GPU: does every launch configuration the
 Tuners may pick compile, and what does it cost (registers, spill stack, shared memory, wgmma,
 16-byte global accesses)?
 
@@ -56,6 +56,7 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
     from kernels.layernorm import triton_layernorm as tln
     from kernels.layernorm import triton_layernorm_bwd as tlb
     from kernels.linear_gelu import triton_matmul as tm
+    from kernels.linear_gelu import triton_matmul_tma as tmt
     from kernels.mlp import triton_mlp
     from kernels.vector_add import triton_vector_add as tva
 
@@ -108,6 +109,19 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
                              "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k,
                              "GROUP_M": cfg.group_m}, cfg.num_warps, cfg.num_stages,
                             aligned=("M", "N", "K", "s_am", "s_wn", "s_cm"))
+    if want("matmul_tma") and dtype != "fp32":
+        for cfg in pick(tmt.CONFIGS):
+            def desc(rows, cols):
+                return f"tensordesc<{dtype}[{rows},{cols}]>"
+            yield build(tmt._matmul_tma, "matmul_tma", f"{cfg.label()} erf",
+                        {"a_desc": desc(cfg.block_m, cfg.block_k),
+                         "w_desc": desc(cfg.block_n, cfg.block_k),
+                         "c_desc": desc(cfg.block_m, cfg.block_n // cfg.epi_split),
+                         "bias_ptr": t, "M": "i32", "N": "i32", "K": "i32"},
+                        {"HAS_BIAS": True, "ACT": 1, "DOT_F32": False, "BLOCK_M": cfg.block_m,
+                         "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k,
+                         "GROUP_M": cfg.group_m, "EPI_SPLIT": cfg.epi_split, "NUM_SMS": 132},
+                        cfg.num_warps, cfg.num_stages, aligned=("M", "N", "K"))
     if want("mlp_fused") and dtype != "fp32":
         for c in pick(triton_mlp.FUSED_CONFIGS):
             yield build(triton_mlp._mlp_fused, "mlp_fused",
@@ -137,7 +151,7 @@ def main(argv=None) -> int:
                     help="first configuration of each kernel, first shape only")
     ap.add_argument("--only", default=None,
                     help="comma-separated: vector_add, layernorm, add_layernorm, "
-                         "layernorm_bwd, matmul, mlp_fused, groupnorm_mish")
+                         "layernorm_bwd, matmul, matmul_tma, mlp_fused, groupnorm_mish")
     a = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         print("fused_aot_check: unset TRITON_INTERPRET (the interpreter has no kernels to "

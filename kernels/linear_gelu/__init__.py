@@ -10,7 +10,9 @@ Eager torch writes the pre-activation and reads it back (2·M·N more); the fuse
 applies bias and GELU to the fp32 accumulator before its only store.
 
 Implementations: torch (F.linear then F.gelu), torch_compile (by default cuBLAS for the matmul
-and a generated kernel for the GELU), triton (kernels/linear_gelu/triton_matmul.py).
+and a generated kernel for the GELU), triton (pointer loads: kernels/linear_gelu/triton_matmul.py),
+triton_tma (persistent, operands through Hopper's TMA: triton_matmul_tma.py; needs K and N
+multiples of 8 in fp16/bf16).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import torch.nn.functional as F
 
 from harness.registry import Op, Param
 from kernels._common import compiled
-from kernels.linear_gelu import triton_matmul
+from kernels.linear_gelu import triton_matmul, triton_matmul_tma
 
 APPROXIMATE = ("none", "tanh")
 ACT = {"none": "gelu", "tanh": "gelu_tanh"}  # approximate -> triton_matmul activation
@@ -98,3 +100,14 @@ def linear_gelu_compile(x, w, b, approximate="none"):
 def linear_gelu_triton(x, w, b, approximate="none", out=None):
     """Triton matmul (grouped order, fp32 acc) with bias + GELU fused into the epilogue"""
     return triton_matmul.matmul_bias_act(x, w, b, act=ACT[approximate], out=out)
+
+
+def _tma_unavailable(p, dtype, device):
+    return triton_matmul_tma.tma_unsupported({"K": p.K, "N": p.N}, getattr(torch, dtype))
+
+
+@op.impl("triton_tma", backend="triton", accepts_out=True, expected_kernels=1,
+         unavailable=_tma_unavailable, tuners=triton_matmul_tma._tuner)
+def linear_gelu_triton_tma(x, w, b, approximate="none", out=None):
+    """Triton persistent matmul, A and W tiles through TMA descriptors, bias + GELU epilogue"""
+    return triton_matmul_tma.matmul_bias_act_tma(x, w, b, act=ACT[approximate], out=out)

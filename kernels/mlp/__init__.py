@@ -11,6 +11,8 @@ Implementations
 - torch_compile: default mode (cuBLAS matmuls, GELU in a generated pointwise kernel).
 - triton: two kernels — up-proj with bias + GELU in the epilogue (the pre-activation never
   reaches HBM), then down-proj with bias; h (M x H) is written once and read once.
+- triton_tma: the same two kernels as triton, each the persistent TMA matmul
+  (kernels/linear_gelu/triton_matmul_tma.py); needs D and H multiples of 8 in fp16/bf16.
 - triton_fused: one kernel, only for D <= 256: h never leaves the chip. Fusion here trades
   registers for traffic — each program holds its BLOCK_M x D output accumulator in registers
   for the whole H loop (64 fp32 registers per thread at BLOCK_M = 64, D = 128, 4 warps) on top
@@ -26,7 +28,7 @@ import torch.nn.functional as F
 from harness.registry import Op, Param
 from kernels._common import compiled
 from kernels.linear_gelu import APPROXIMATE, linear_params
-from kernels.linear_gelu import triton_matmul
+from kernels.linear_gelu import triton_matmul, triton_matmul_tma
 from kernels.mlp import triton_mlp
 
 ACT = {"none": "gelu", "tanh": "gelu_tanh"}
@@ -109,6 +111,19 @@ def mlp_compile(x, w1, b1, w2, b2, approximate="none"):
 def mlp_triton(x, w1, b1, w2, b2, approximate="none", out=None):
     """Triton: up-proj with bias+GELU epilogue, then down-proj with bias epilogue"""
     return triton_mlp.mlp_two_kernels(x, w1, b1, w2, b2, act=ACT[approximate], out=out)
+
+
+def _tma_unavailable(p, dtype, device):
+    # up-projection: K = D, N = H; down-projection: K = H, N = D
+    return triton_matmul_tma.tma_unsupported({"D": p.D, "H": p.H}, getattr(torch, dtype))
+
+
+@op.impl("triton_tma", backend="triton", accepts_out=True, expected_kernels=2,
+         unavailable=_tma_unavailable, tuners=triton_matmul_tma._tuner)
+def mlp_triton_tma(x, w1, b1, w2, b2, approximate="none", out=None):
+    """Triton: the two matmuls of `triton`, each persistent with TMA operand loads"""
+    return triton_mlp.mlp_two_kernels(x, w1, b1, w2, b2, act=ACT[approximate], out=out,
+                                      tma=True)
 
 
 @op.impl("triton_fused", backend="triton", accepts_out=True, expected_kernels=1,

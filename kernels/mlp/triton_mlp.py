@@ -27,6 +27,7 @@ import triton.language as tl
 
 from kernels._common import Tuner
 from kernels.linear_gelu.triton_matmul import dot_needs_f32, gelu_erf, gelu_tanh, matmul_bias_act
+from kernels.linear_gelu.triton_matmul_tma import matmul_bias_act_tma
 
 MAX_FUSED_D = 256
 
@@ -105,11 +106,13 @@ def _check(x, w1, b1, w2, b2):
     return M, D, H
 
 
-def mlp_two_kernels(x, w1, b1, w2, b2, act: str = "gelu", out=None):
-    """Fused up-proj + GELU kernel, then the down-proj + bias kernel; returns y (M, D)."""
+def mlp_two_kernels(x, w1, b1, w2, b2, act: str = "gelu", out=None, tma: bool = False):
+    """Fused up-proj + GELU kernel, then the down-proj + bias kernel; returns y (M, D).
+    `tma`: both are the persistent TMA matmul (kernels/linear_gelu/triton_matmul_tma.py)."""
     _check(x, w1, b1, w2, b2)
-    h = matmul_bias_act(x, w1, b1, act=act)  # write M x H of h
-    return matmul_bias_act(h, w2, b2, act="none", out=out)  # read M x H of h
+    mm = matmul_bias_act_tma if tma else matmul_bias_act
+    h = mm(x, w1, b1, act=act)  # write M x H of h
+    return mm(h, w2, b2, act="none", out=out)  # read M x H of h
 
 
 def launch_fused(x, w1, b1, w2, b2, y, act: str, cfg: FusedConfig) -> None:

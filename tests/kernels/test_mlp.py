@@ -27,6 +27,22 @@ def test_triton(impl, M, D, H, approximate, dtype):
     assert res.correct, res.error
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("M,D,H,approximate", [(1, 16, 16, "none"), (37, 40, 72, "tanh"),
+                                               (100, 128, 296, "none")])
+def test_triton_tma(M, D, H, approximate, dtype):
+    """Both matmuls through TMA descriptors (H, D multiples of 8; M and the tiles ragged)."""
+    res = check(OP, OP.get_impl("triton_tma"), _p(M, D, H, approximate), dtype, "cpu")
+    assert res.correct, res.error
+
+
+def test_triton_tma_stride_rule():
+    impl = OP.get_impl("triton_tma")
+    assert "H=70" in impl.reason_unavailable(_p(37, 40, 70), "float16", "cuda")
+    assert "D=36" in impl.reason_unavailable(_p(37, 36, 64), "float16", "cuda")
+    assert impl.reason_unavailable(_p(8, 4096, 11008), "bfloat16", "cuda") is None
+
+
 @pytest.mark.parametrize("config", triton_mlp.FUSED_CONFIGS)
 def test_fused_configs(config):
     """Ragged rows (M % BLOCK_M != 0) and hidden chunks (H % BLOCK_H != 0)."""
