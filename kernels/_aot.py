@@ -26,6 +26,7 @@ class Cost:
     smem_bytes: int
     wgmma: int  # wgmma.mma_async instructions in the PTX
     vec16: int  # 128-bit global loads/stores in the PTX
+    cp_async: int = 0  # cp.async global -> shared copies in the PTX (a pipelined loop's loads)
 
 
 def _resources(cubin: bytes) -> tuple[int, int]:
@@ -54,4 +55,5 @@ def compile_cost(fn, signature: dict, consts: dict, aligned, warps: int, stages:
     regs, stack = _resources(k.asm["cubin"])
     ptx = k.asm["ptx"]
     return Cost(regs, stack, int(k.metadata.shared), ptx.count("wgmma.mma_async"),
-                len(re.findall(r"(?:ld|st)\.global[^\n]*\.v4\.b32", ptx)))
+                len(re.findall(r"(?:ld|st)\.global[^\n]*\.v4\.b32", ptx)),
+                len(re.findall(r"cp\.async\.c[ag]\.shared", ptx)))

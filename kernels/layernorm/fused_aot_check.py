@@ -1,7 +1,7 @@
 """Build the fused-op kernels (vector_add, layernorm fwd/bwd, add_layernorm, linear_gelu/mlp
 matmul and its TMA form, fused mlp, groupnorm_mish) for sm_90 without a GPU: does every launch configuration the
 Tuners may pick compile, and what does it cost (registers, spill stack, shared memory, wgmma,
-16-byte global accesses)?
+16-byte global accesses, cp.async copies of a pipelined loop)?
 
     python -m kernels.layernorm.fused_aot_check            # every configuration, fp16
     python -m kernels.layernorm.fused_aot_check --quick    # first configuration of each kernel
@@ -33,11 +33,12 @@ class Build:
     smem_bytes: int
     wgmma: int
     vec16: int  # 128-bit global loads/stores in the PTX
+    cp_async: int  # global -> shared copies (a software-pipelined loop's loads)
 
     def line(self) -> str:
         return (f"{self.kernel:14s} {self.config:34s} regs {self.regs:3d}  spill stack "
                 f"{self.stack:4d} B  smem {self.smem_bytes / 1024:6.1f} KiB  wgmma "
-                f"{self.wgmma:3d}  v4 ld/st {self.vec16}")
+                f"{self.wgmma:3d}  v4 ld/st {self.vec16:2d}  cp.async {self.cp_async}")
 
 
 def build(fn, name: str, label: str, args: dict, consts: dict, warps: int, stages: int = 1,
@@ -48,7 +49,7 @@ def build(fn, name: str, label: str, args: dict, consts: dict, warps: int, stage
     signature = {a: args.get(a, "constexpr") for a in fn.arg_names}
     div16 = [a for a, t in args.items() if t.startswith("*")] + list(aligned)
     c = compile_cost(fn, signature, consts, div16, warps, stages)
-    return Build(name, label, c.regs, c.stack, c.smem_bytes, c.wgmma, c.vec16)
+    return Build(name, label, c.regs, c.stack, c.smem_bytes, c.wgmma, c.vec16, c.cp_async)
 
 
 def builds(dtype: str, only: set[str] | None, quick: bool = False):
@@ -88,13 +89,16 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
                             {"HAS_RES": has_res, "STORE_STATS": False, "ROWS": rows,
                              "BLOCK_N": triton.next_power_of_2(N)}, warps, aligned=strides)
         if want("layernorm_bwd"):
-            for per_sm, rows, warps in pick(tlb.configs(M, N, item)[::3]):  # per_sm: launch-only
-                yield build(tlb._ln_bwd_rows, "layernorm_bwd", f"N={N} ROWS={rows} w{warps}",
+            builds_of = {c[1:]: c for c in tlb.configs(M, N, item)}  # per_sm: launch-only
+            for _, rows, warps, stages in pick(builds_of.values()):
+                yield build(tlb._ln_bwd_rows, "layernorm_bwd",
+                            f"N={N} ROWS={rows} w{warps} STAGES={stages}",
                             {"x_ptr": t, "dy_ptr": t, "w_ptr": t, "mean_ptr": "*fp32",
                              "rstd_ptr": "*fp32", "dx_ptr": t, "dwp_ptr": "*fp32",
                              "dbp_ptr": "*fp32", "M": "i32", "N": "i32", "x_stride": "i32",
                              "dy_stride": "i32", "dx_stride": "i32", "rows_per_prog": "i32"},
-                            {"ROWS": rows, "BLOCK_N": triton.next_power_of_2(N)}, warps,
+                            {"ROWS": rows, "BLOCK_N": triton.next_power_of_2(N),
+                             "STAGES": stages}, warps,
                             aligned=("N", "x_stride", "dy_stride", "dx_stride"))
     if want("matmul") and dtype != "fp32":
         for cfg in pick(tm.CONFIGS):
@@ -134,14 +138,15 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
                         aligned=("M", "H", "D", "s_xm", "s_w1h", "s_w2d", "s_ym"))
     if want("groupnorm_mish"):
         for cpg, hw in ((10, 4096), (20, 1024), (10, 16384))[:1 if quick else 3]:
-            for block, warps in pick(tgm.configs(cpg, hw)):
+            for block, warps, stages in pick(tgm.configs(cpg, hw)):
                 cb, hb, one = tgm.tile(cpg, hw, block)
                 yield build(tgm._gn_mish, "groupnorm_mish",
-                            f"HW={hw} {'one' if one else 'two-pass'} {cb}x{hb} w{warps}",
+                            f"HW={hw} {'one' if one else 'two-pass'} {cb}x{hb} w{warps} "
+                            f"STAGES={stages}",
                             {"x_ptr": t, "w_ptr": t, "b_ptr": t, "y_ptr": t, "CPG": "i32",
                              "G": "i32", "eps": "fp32"},
                             {"HW": hw, "CB": cb, "HB": hb, "NHT": triton.cdiv(hw, hb),
-                             "ONE_TILE": one}, warps)
+                             "ONE_TILE": one, "STAGES": stages}, warps)
 
 
 def main(argv=None) -> int:

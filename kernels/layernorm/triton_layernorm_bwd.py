@@ -8,7 +8,11 @@ With xhat = (x - mean) * rstd and g = dy * w (rows of length N):
 Kernel 1 (`_ln_bwd_rows`): P programs (a small multiple of the SM count), each owning a
 contiguous block of rows. A program keeps its rows' x and dy in registers, writes dx, and
 accumulates dw/db partials for its rows in fp32 registers; at the end it writes one partial row
-each (P x N fp32). Kernel 2 (`_ln_bwd_colsum`) sums the P partial rows into dw, db — a
+each (P x N fp32). The row loop is software-pipelined when STAGES > 1 (tl.range(num_stages=)):
+the next STAGES - 1 row tiles of x and dy are copied into shared memory (cp.async) while the
+current one is reduced, so a program has more than one row's loads in flight. Without it
+(STAGES = 1, and what the kernel's own num_stages gives: Triton pipelines only loads that feed
+a tl.dot) each iteration waits for its loads, then reduces, then stores. Kernel 2 (`_ln_bwd_colsum`) sums the P partial rows into dw, db — a
 deterministic two-stage reduction (no atomics).
 
 Traffic: read M·N of x and of dy, write M·N of dx (the minimum, 3·M·N·itemsize), plus the
@@ -25,15 +29,16 @@ from kernels._common import Tuner
 from kernels.layernorm.triton_layernorm import EPS, layernorm_fwd
 
 MAX_BWD = 16384  # longest row the backward keeps in registers
-# candidates per shape (configs()): (programs per SM, ROWS, num_warps)
-_tuner = Tuner("layernorm_bwd", ("per_sm", "ROWS", "num_warps"),
-               values={"per_sm": (1, 2, 4, 8), "ROWS": (1, 2, 4), "num_warps": (1, 2, 4, 8, 16)})
+# candidates per shape (configs()): (programs per SM, ROWS, num_warps, STAGES)
+_tuner = Tuner("layernorm_bwd", ("per_sm", "ROWS", "num_warps", "STAGES"),
+               values={"per_sm": (1, 2, 4, 8), "ROWS": (1, 2, 4), "num_warps": (1, 2, 4, 8, 16),
+                       "STAGES": (1, 2, 3, 4)})
 
 
 @triton.jit
 def _ln_bwd_rows(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, dwp_ptr, dbp_ptr,
                  M, N, x_stride, dy_stride, dx_stride, rows_per_prog,
-                 ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+                 ROWS: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < N
@@ -43,12 +48,13 @@ def _ln_bwd_rows(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, dwp_ptr, dbp_
     db_acc = tl.zeros([ROWS, BLOCK_N], tl.float32)
     first = pid * rows_per_prog
     last = tl.minimum(first + rows_per_prog, M)
-    for start in range(first, last, ROWS):
+    for start in tl.range(first, last, ROWS, num_stages=STAGES):
         rows = start + tl.arange(0, ROWS)
         row_ok = rows < last
         mask = row_ok[:, None] & col_ok[None, :]
         r64 = rows.to(tl.int64)[:, None]
-        # read ROWS x N of x and of dy ; read ROWS floats of mean and rstd
+        # read ROWS x N of x and of dy (STAGES - 1 tiles ahead when pipelined) ;
+        # read ROWS floats of mean and rstd
         x = tl.load(x_ptr + r64 * x_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(dy_ptr + r64 * dy_stride + cols[None, :], mask=mask,
                      other=0.0).to(tl.float32)
@@ -94,10 +100,19 @@ def _sm_count(device: torch.device) -> int:
     return 4  # interpreter: a few programs, so that the partial reduction is exercised
 
 
-def configs(M: int, N: int, itemsize: int = 2) -> list[tuple[int, int, int]]:
-    """(programs per SM, ROWS, num_warps) candidates, best guess first (the interpreter uses
-    the first untimed): the two (ROWS, warps) pairs closest to 8 fp32 values per thread per
-    row-tile and ~8 KiB of x per iteration, each with 1, 2 and 4 programs per SM."""
+# (programs per SM, STAGES) tried with the best (ROWS, warps), then with the second best:
+# unpipelined, and 2-3 stages (x and dy of the next rows in shared memory while one reduces)
+PER_SM_STAGES = (((2, 1), (1, 1), (4, 1), (1, 3), (2, 2), (2, 3)),
+                 ((2, 1), (1, 1), (4, 1), (2, 3)))
+SMEM_BUDGET = 160 * 1024  # bytes per SM for the pipelined buffers (sm_90 has 228 KiB)
+
+
+def configs(M: int, N: int, itemsize: int = 2) -> list[tuple[int, int, int, int]]:
+    """(programs per SM, ROWS, num_warps, STAGES) candidates, best guess first (the
+    interpreter uses the first untimed): the two (ROWS, warps) pairs closest to 8 fp32 values
+    per thread per row-tile and ~8 KiB of x per iteration, with PER_SM_STAGES; a
+    pipelined candidate whose shared-memory buffers (x and dy: 2 x STAGES x ROWS x N) would
+    take more than SMEM_BUDGET of an SM at its programs per SM is left out."""
     block = triton.next_power_of_2(N)
     tiles = []
     for rows in (1, 2, 4):
@@ -115,15 +130,17 @@ def configs(M: int, N: int, itemsize: int = 2) -> list[tuple[int, int, int]]:
         return abs(per_thread - 8) / 8 + abs(block * rows * itemsize - 8192) / 8192
 
     best = sorted(tiles, key=score)[:2]
-    return [(per_sm, rows, warps) for rows, warps in best for per_sm in (2, 1, 4)]
+    return [(per_sm, rows, warps, stages) for (rows, warps), pairs in zip(best, PER_SM_STAGES)
+            for per_sm, stages in pairs
+            if stages == 1 or per_sm * 2 * stages * rows * block * itemsize <= SMEM_BUDGET]
 
 
 def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, mean: torch.Tensor,
-                  rstd: torch.Tensor, config: tuple[int, int, int] | None = None):
+                  rstd: torch.Tensor, config: tuple[int, int, int, int] | None = None):
     """Gradients of LayerNorm: dy, x (M, N); w (N,); mean, rstd (M,) fp32 from the forward.
 
     Returns dx (M, N) in x's dtype and dw, db (N,) in w's dtype. `config` forces
-    (programs per SM, ROWS, num_warps).
+    (programs per SM, ROWS, num_warps, STAGES).
     """
     M, N = x.shape
     if N > MAX_BWD:
@@ -141,7 +158,7 @@ def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, mean: torc
     parts = {}
 
     def launch(cfg):
-        per_sm, rows, warps = cfg
+        per_sm, rows, warps, stages = cfg
         progs = max(1, min(sms * per_sm, triton.cdiv(M, rows)))
         rpp = triton.cdiv(triton.cdiv(M, progs), rows) * rows  # whole ROWS tiles per program
         progs = triton.cdiv(M, rpp)
@@ -150,7 +167,7 @@ def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, mean: torc
         dwp, dbp = parts[progs][0], parts[progs][1]
         _ln_bwd_rows[(progs,)](x, dy, w, mean, rstd, dx, dwp, dbp, M, N, x.stride(0),
                                dy.stride(0), dx.stride(0), rpp, ROWS=rows, BLOCK_N=block,
-                               num_warps=warps)
+                               STAGES=stages, num_warps=warps)
         _ln_bwd_colsum[(triton.cdiv(N, 64),)](dwp, dbp, dw, db, progs, N, BLOCK_P=32,
                                               BLOCK_C=64, num_warps=4)
 
@@ -178,12 +195,13 @@ class LayerNormFn(torch.autograd.Function):
 
 
 def layernorm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None,
-              eps: float = EPS, bwd_config: tuple[int, int, int] | None = None) -> torch.Tensor:
+              eps: float = EPS, bwd_config: tuple[int, int, int, int] | None = None
+              ) -> torch.Tensor:
     """LayerNorm of x (M, N) with w, b (N,) -> y (M, N).
 
     Differentiable (through LayerNormFn) when grad mode is on and an input requires grad;
     otherwise one forward kernel that writes into `out` and stores no statistics.
-    `bwd_config` forces the backward's (programs per SM, ROWS, num_warps).
+    `bwd_config` forces the backward's (programs per SM, ROWS, num_warps, STAGES).
     """
     if torch.is_grad_enabled() and any(t.requires_grad for t in (x, w, b)):
         if out is not None:

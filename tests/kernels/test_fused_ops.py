@@ -83,6 +83,47 @@ def test_kernels_build_for_sm90():
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = {ln.split()[0]: ln for ln in proc.stdout.splitlines() if "regs" in ln}
     assert set(lines) == {"vector_add", "layernorm", "add_layernorm", "layernorm_bwd", "matmul",
-                          "mlp_fused", "groupnorm_mish"}
-    assert "wgmma   0" not in lines["matmul"] and "wgmma   0" not in lines["mlp_fused"]
+                          "matmul_tma", "mlp_fused", "groupnorm_mish"}
+    for mma in ("matmul", "matmul_tma", "mlp_fused"):
+        assert "wgmma   0" not in lines[mma], lines[mma]
     assert "v4 ld/st 0" not in lines["vector_add"] and "v4 ld/st 0" not in lines["layernorm"]
+
+
+def test_stages_pipeline_the_row_and_tile_loops_for_sm90():
+    """STAGES > 1 must really software-pipeline the loops (their loads become cp.async copies
+    into shared memory), and STAGES = 1 must not: built for sm_90 with the wheel's ptxas."""
+    import os
+
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        # @triton.jit gives Python functions under the interpreter: build in a subprocess
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        env["TRITON_DEFAULT_FP_FUSION"] = "1"
+        proc = subprocess.run([sys.executable, "-c", "import tests.kernels.test_fused_ops as t; "
+                               "t._assert_pipelined_builds()"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    else:
+        _assert_pipelined_builds()
+
+
+def _assert_pipelined_builds():
+    from kernels.layernorm.fused_aot_check import build
+    from kernels.groupnorm_mish import triton_groupnorm_mish as tgm
+    from kernels.layernorm import triton_layernorm_bwd as tlb
+
+    gn = {"x_ptr": "*fp16", "w_ptr": "*fp16", "b_ptr": "*fp16", "y_ptr": "*fp16", "CPG": "i32",
+          "G": "i32", "eps": "fp32"}
+    lb = {"x_ptr": "*fp16", "dy_ptr": "*fp16", "w_ptr": "*fp16", "mean_ptr": "*fp32",
+          "rstd_ptr": "*fp32", "dx_ptr": "*fp16", "dwp_ptr": "*fp32", "dbp_ptr": "*fp32",
+          "M": "i32", "N": "i32", "x_stride": "i32", "dy_stride": "i32", "dx_stride": "i32",
+          "rows_per_prog": "i32"}
+    for stages in (1, 3):
+        g = build(tgm._gn_mish, "groupnorm_mish", "", gn,
+                  {"HW": 4096, "CB": 1, "HB": 4096, "NHT": 1, "ONE_TILE": False,
+                   "STAGES": stages}, 8)
+        b = build(tlb._ln_bwd_rows, "layernorm_bwd", "", lb,
+                  {"ROWS": 1, "BLOCK_N": 4096, "STAGES": stages}, 8,
+                  aligned=("N", "x_stride", "dy_stride", "dx_stride"))
+        for k in (g, b):
+            assert (k.cp_async > 0) == (stages > 1), (k, stages)
+            assert k.stack == 0, k

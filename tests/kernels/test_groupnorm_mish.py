@@ -34,10 +34,11 @@ def test_triton_fp32(shape):
 
 
 @pytest.mark.parametrize("shape,config", [
-    ((2, 32, 16, 16, 8), (64, 4)),   # two-pass: 4 pixel tiles per channel, walked in reverse
-    ((2, 32, 16, 16, 8), (512, 4)),  # two-pass: 2 channels per tile, 2 channel tiles
-    ((2, 6, 5, 7, 3), (16, 1)),      # 35 pixels in 3 ragged tiles
-    ((1, 30, 4, 4, 3), (64, 2)),     # 10 channels in tiles of 4 (ragged channel tile)
+    ((2, 32, 16, 16, 8), (64, 4, 1)),   # two-pass: 4 pixel tiles per channel, walked in reverse
+    ((2, 32, 16, 16, 8), (512, 4, 3)),  # two-pass: 2 channels per tile, 2 channel tiles
+    ((2, 6, 5, 7, 3), (16, 1, 2)),      # 35 pixels in 3 ragged tiles
+    ((1, 30, 4, 4, 3), (64, 2, 4)),     # 10 channels in tiles of 4 (ragged channel tile)
+    ((1, 30, 5, 7, 3), (16, 2, 3)),     # ragged in both: 10 channels x 35 pixels in 3 x 3 tiles
 ])
 def test_two_pass_tiles(shape, config):
     cpg, hw = shape[1] // shape[4], shape[2] * shape[3]
@@ -57,11 +58,22 @@ def test_mish_extremes_and_large_offsets():
     b = torch.zeros(8)
     want = F.mish(F.group_norm(x.double(), 4, w.double(), b.double(), 1e-5))
     torch_err = (F.mish(F.group_norm(x, 4, w, b, 1e-5)).double() - want).abs().max()
-    for config in [(256, 4), (16, 1)]:  # one tile, and two passes
+    for config in [(256, 4, 1), (16, 1, 3)]:  # one tile, and two passes
         y = tgm.groupnorm_mish(x, 4, w, b, config=config)
         assert torch.isfinite(y).all()
         # fp32 cannot do much better here (x - mean loses ~17 bits); torch's fp32 error is ~1.4
         assert (y.double() - want).abs().max() <= torch_err
+
+
+def test_candidates():
+    """3-tuples the kernel takes; one-tile shapes first (no loop), unpipelined before
+    pipelined in the two-pass list, at most 8."""
+    for cpg, hw in ((10, 4096), (20, 1024), (10, 16384), (2, 35), (8, 64)):
+        cands = tgm.configs(cpg, hw)
+        assert 1 <= len(cands) <= 8 and len(set(cands)) == len(cands)
+        one = [c for c in cands if tgm.tile(cpg, hw, c[0])[2]]
+        assert all(c[2] == 1 for c in one) and cands[:len(one)] == one
+    assert {c[2] for c in tgm.configs(10, 4096)} == {1, 2, 3, 4}
 
 
 def test_torch_peer():

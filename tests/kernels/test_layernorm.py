@@ -91,13 +91,26 @@ def test_backward(M, N, dtype):
     assert res.correct, res.error
 
 
-@pytest.mark.parametrize("config", [(1, 2, 4), (4, 4, 4), (2, 1, 1)])
+@pytest.mark.parametrize("config", [(1, 2, 4, 1), (4, 4, 4, 1), (2, 1, 1, 1), (1, 4, 4, 3),
+                                    (2, 2, 4, 2)])
 def test_backward_configs(config):
-    """Programs per SM (partials), rows per iteration (ragged), warps."""
+    """Programs per SM (partials), rows per iteration (ragged), warps, pipelined row loop."""
     impl = _impl(lambda x, w, b: tlb.layernorm(x, w, b, bwd_config=config), "cfg",
                  accepts_out=False)
     res = check(OP, impl, _p(23, 130, "bwd"), "float16", "cpu")
     assert res.correct, res.error
+
+
+def test_backward_candidates():
+    """Every candidate is a 4-tuple the kernel takes; the unpipelined ones come first and the
+    pipelined ones stay within the shared-memory budget."""
+    for M, N in ((16384, 1024), (8192, 4096), (37, 300)):
+        cands = tlb.configs(M, N, 2)
+        assert cands[0][3] == 1 and len(set(cands)) == len(cands)
+        assert {c[3] for c in cands} == {1, 2, 3}
+        for per_sm, rows, _, stages in cands:
+            block = 1 << (N - 1).bit_length()
+            assert stages == 1 or per_sm * 2 * stages * rows * block * 2 <= tlb.SMEM_BUDGET
 
 
 def test_backward_torch_peer():
