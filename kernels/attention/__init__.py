@@ -23,7 +23,8 @@ import torch
 
 from harness.registry import Op, Param
 from kernels._common import interpreted
-from kernels.attention import flash, flash_bwd, flash_fwd, fused_mha as fused_mha_mod, peers
+from kernels.attention import flash, flash_bwd, flash_fwd, flash_fwd_tma
+from kernels.attention import fused_mha as fused_mha_mod, peers
 from kernels.attention import reference as ref
 
 MODES = ("fwd", "bwd", "fwd_bwd")
@@ -162,6 +163,19 @@ op.impl("triton_flash", backend="triton", unavailable=_triton_unavailable,
         tuners={"": flash_fwd._tuner, "dkdv": flash_bwd._dkdv_tuner, "dq": flash_bwd._dq_tuner},
         description="our FlashAttention-2 in Triton: tiled online softmax, LSE saved, backward "
                     "by recomputation (delta, dK/dV, dQ kernels)")(flash.flash_attention)
+
+
+def _tma_unavailable(p, dtype, device):
+    return _triton_unavailable(p, dtype, device) or flash_fwd_tma.unsupported(p.N, p.D)
+
+
+op.impl("triton_flash_tma", backend="triton", unavailable=_tma_unavailable,
+        expected_kernels=lambda p: flash.kernels_launched(p.mode),
+        tuners={"": flash_fwd_tma._tuner, "dkdv": flash_bwd._dkdv_tuner,
+                "dq": flash_bwd._dq_tuner},
+        description="triton_flash with Q/K/V/O tiles through Hopper TMA descriptors (forward; "
+                    "the backward is triton_flash's); N a multiple of the query tile")(
+    flash_fwd_tma.flash_attention_tma)
 
 for _name in ("flash", "efficient", "cudnn"):
     op.impl(f"sdpa_{_name}", backend="library", unavailable=peers.sdpa_unavailable(_name),

@@ -49,7 +49,7 @@ def build(fn, name: str, pointers: dict[str, str], scalars: dict[str, str], cons
 
 def builds(quick: bool, dtype: str = "fp16", dims=(64, 128)):
     """Yield a Build per (kernel, D, causal, config)."""
-    from kernels.attention import flash_bwd, flash_fwd, fused_mha
+    from kernels.attention import flash_bwd, flash_fwd, flash_fwd_tma, fused_mha
 
     t = "*" + dtype
     fwd_ptrs = {"Q": t, "K": t, "V": t, "O": t, "LSE": "*fp32"}
@@ -62,6 +62,13 @@ def builds(quick: bool, dtype: str = "fp16", dims=(64, 128)):
             for c in pick(flash_fwd.FWD_CONFIGS[D]):
                 yield build(flash_fwd._flash_fwd_kernel, "fwd", fwd_ptrs,
                             {"n_ctx": "i32", "qk_scale": "fp32"},
+                            {**flags, "BLOCK_M": c[0], "BLOCK_N": c[1]}, c, D, causal)
+            for c in pick(flash_fwd_tma.TMA_CONFIGS[D]):
+                descs = {name: f"tensordesc<{dtype}[{rows},{D}]>"
+                         for name, rows in (("desc_q", c[0]), ("desc_k", c[1]), ("desc_v", c[1]),
+                                            ("desc_o", c[0]))}
+                yield build(flash_fwd_tma._flash_fwd_tma_kernel, "fwd_tma",
+                            {**descs, "LSE": "*fp32"}, {"n_ctx": "i32", "qk_scale": "fp32"},
                             {**flags, "BLOCK_M": c[0], "BLOCK_N": c[1]}, c, D, causal)
             for c in pick(flash_bwd.DKDV_CONFIGS[D]):
                 yield build(flash_bwd._bwd_dkdv_kernel, "bwd_dkdv", {**bwd_ptrs, "DK": t, "DV": t},

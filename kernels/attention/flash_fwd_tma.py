@@ -1,0 +1,199 @@
+"""FlashAttention-2 forward with Hopper's tensor memory accelerator: the same algorithm as
+flash_fwd.py (online softmax in base 2, LSE saved for the backward, causal tiles above the
+diagonal skipped, the diagonal band masked), but Q, K and V tiles arrive through TMA tensor
+descriptors and O leaves through one.
+
+Why: on an H200 the pointer-load forward reached 0.78-0.82x cuDNN at D=128, and its ncu profile
+pointed at issue overhead around the MMAs rather than at memory (latency-bound, tensor pipe
+~50 %, barrier and wait stalls). With pointer loads every thread computes the addresses of its
+share of each K and V tile and issues the copies; a descriptor hands the whole tile to the TMA
+unit (one thread issues it, no address registers), and it lands in shared memory in the
+swizzled layout wgmma reads, so the software pipeline (num_stages) only waits on barriers.
+
+The descriptors are 2-D views of q, k, v, o as (B*H*N, D) rows: a head's rows are contiguous,
+so a tile of BLOCK rows starting at head_row + start is one box. That needs N to be a multiple
+of BLOCK_M (and so of BLOCK_N): a box past a head's end would read the next head's keys, and
+an O box would overwrite its rows. `configs_for` keeps only such tiles; with none (ragged N),
+the impl says it is unavailable and triton_flash (pointer loads, masked tails) is the kernel to
+use.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._common import Rule, Tuner, interpreted
+from kernels.attention.flash_fwd import LOG2E, _cast, _mma, check_inputs, interp_bf16_flag
+
+try:  # host-side tensor descriptors: triton >= 3.4
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover - older triton: the impl reports itself unavailable
+    TensorDescriptor = None
+
+# (BLOCK_M, BLOCK_N, num_warps, num_stages); BLOCK_M % BLOCK_N == 0 (whole key tiles in the
+# causal band). python -m kernels.attention.aot_check builds them for sm_90 (no spills).
+TMA_CONFIGS = {
+    128: [(128, 64, 8, 3), (128, 128, 8, 2), (128, 64, 8, 4), (128, 128, 8, 3), (128, 64, 8, 2),
+          (64, 64, 4, 3)],
+    64: [(128, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 4, 4), (128, 128, 8, 2),
+         (64, 64, 4, 3)],
+}
+SMALL_D_CONFIGS = [(64, 32, 4, 3), (64, 64, 4, 3), (32, 32, 4, 2)]  # D = 16, 32
+INTERPRETER_CONFIG = (32, 16, 4, 1)  # CPU tests: several query and key tiles per head
+
+FIELDS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
+_tuner = Tuner("attention.flash_fwd_tma", FIELDS,
+               configs=[*TMA_CONFIGS[128], *TMA_CONFIGS[64], *SMALL_D_CONFIGS,
+                        INTERPRETER_CONFIG],
+               values={"BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (16, 32, 64, 128),
+                       "num_warps": (2, 4, 8), "num_stages": range(1, 7)},
+               rules=[Rule(("BLOCK_M", "BLOCK_N"), lambda m, n: m % n == 0,
+                           "BLOCK_M % BLOCK_N == 0")])
+
+
+@triton.jit
+def _tiles_tma(acc, m_i, l_i, q, desc_k, desc_v, head_row, offs_m, lo, hi, qk_scale,
+               BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, INTERP_BF16: tl.constexpr):
+    """Fold key tiles [lo, hi) of one head into (acc, m_i, l_i); every tile is whole."""
+    offs_n = tl.arange(0, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
+        # read BLOCK_N x D of K (TMA), used as K^T
+        k = desc_k.load([head_row + start_n, 0])
+        qk = _mma(q, k.T, None, INTERP_BF16)
+        if CAUSAL_MASK:
+            keep = offs_m[:, None] >= (start_n + offs_n)[None, :]
+            qk = tl.where(keep, qk * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            qk = qk - m_new[:, None]
+        else:
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            qk = qk * qk_scale - m_new[:, None]
+        p = tl.exp2(qk)
+        alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        # read BLOCK_N x D of V (TMA)
+        v = desc_v.load([head_row + start_n, 0])
+        acc = _mma(_cast(p, v.dtype, INTERP_BF16), v, acc, INTERP_BF16)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def _flash_fwd_tma_kernel(desc_q, desc_k, desc_v, desc_o, LSE, n_ctx, qk_scale,
+                          HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          CAUSAL: tl.constexpr, INTERP_BF16: tl.constexpr):
+    """desc_*: (B*H*N, D) row views with BLOCK_M (q, o) or BLOCK_N (k, v) row boxes;
+    LSE: (B*H, N) fp32, base-2 log-sum-exp. n_ctx % BLOCK_M == 0."""
+    n_mblocks = n_ctx // BLOCK_M
+    if CAUSAL:  # heaviest query tiles (most keys) first: they set the kernel's tail
+        pid_m = n_mblocks - 1 - tl.program_id(0)
+    else:
+        pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    head_row = bh * n_ctx
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    # read BLOCK_M x D of Q (TMA)
+    q = desc_q.load([head_row + start_m, 0])
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    if CAUSAL:
+        # tiles left of the diagonal band: every key visible
+        acc, m_i, l_i = _tiles_tma(acc, m_i, l_i, q, desc_k, desc_v, head_row, offs_m,
+                                   0, start_m, qk_scale, BLOCK_N, False, INTERP_BF16)
+        # the diagonal band, masked
+        acc, m_i, l_i = _tiles_tma(acc, m_i, l_i, q, desc_k, desc_v, head_row, offs_m,
+                                   start_m, start_m + BLOCK_M, qk_scale, BLOCK_N, True,
+                                   INTERP_BF16)
+    else:
+        acc, m_i, l_i = _tiles_tma(acc, m_i, l_i, q, desc_k, desc_v, head_row, offs_m,
+                                   0, n_ctx, qk_scale, BLOCK_N, False, INTERP_BF16)
+    o = acc / l_i[:, None]
+    # write BLOCK_M floats of LSE
+    tl.store(LSE + bh.to(tl.int64) * n_ctx + offs_m, m_i + tl.log2(l_i))
+    # write BLOCK_M x D of O (TMA)
+    desc_o.store([head_row + start_m, 0], _cast(o, desc_o.dtype, INTERP_BF16))
+
+
+def configs_for(D: int, N: int) -> list[tuple[int, int, int, int]]:
+    """The launch configurations for head dim D whose tiles divide N (first: the default)."""
+    cands = [INTERPRETER_CONFIG] if interpreted() else TMA_CONFIGS.get(D, SMALL_D_CONFIGS)
+    return [c for c in cands if N % c[0] == 0]
+
+
+def unsupported(N: int, D: int) -> str | None:
+    """Why the TMA forward cannot run this shape (None when it can)."""
+    if TensorDescriptor is None:
+        return "tensor descriptors need triton >= 3.4"
+    if not configs_for(D, N):
+        tiles = sorted({c[0] for c in ([INTERPRETER_CONFIG] if interpreted() else
+                                       TMA_CONFIGS.get(D, SMALL_D_CONFIGS))})
+        return (f"TMA boxes are whole query tiles of a head: N must be a multiple of "
+                f"{' or '.join(map(str, tiles))}, got N={N} (triton_flash masks ragged N)")
+    return None
+
+
+def flash_forward_tma(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                      config: tuple[int, int, int, int] | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """o (B, H, N, D) in q's dtype and lse (B, H, N) fp32 in base 2, as flash_forward, with
+    TMA loads; N must be a multiple of the query tile (`unsupported` says why not)."""
+    check_inputs(q, k, v)
+    B, H, N, D = q.shape
+    why = unsupported(N, D)
+    if why:
+        raise ValueError(why)
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    o = torch.empty_like(q)
+    lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
+    qk_scale = LOG2E / math.sqrt(D)
+    interp_bf16 = interp_bf16_flag(q.dtype)
+    rows = [t.view(B * H * N, D) for t in (q, k, v, o)]
+
+    def launch(cfg):
+        bm, bn, warps, stages = cfg
+        if bm % bn or N % bm:
+            raise ValueError(f"config {cfg}: BLOCK_M must divide N={N} and be a multiple of "
+                             f"BLOCK_N")
+        dq, dk, dv, do = (TensorDescriptor.from_tensor(t, [b, D])
+                          for t, b in zip(rows, (bm, bn, bn, bm)))
+        _flash_fwd_tma_kernel[(N // bm, B * H)](
+            dq, dk, dv, do, lse, N, qk_scale, HEAD_DIM=D, BLOCK_M=bm, BLOCK_N=bn,
+            CAUSAL=causal, INTERP_BF16=interp_bf16, num_warps=warps, num_stages=stages)
+
+    if config is None:
+        config = _tuner.pick(("fwd_tma", B, H, N, D, causal, q.dtype), configs_for(D, N), launch)
+    launch(config)
+    return o, lse
+
+
+class FlashAttentionTMA(torch.autograd.Function):
+    """The TMA forward; the backward is triton_flash's (kernels/attention/flash_bwd.py), which
+    needs only q, k, v, o and the LSE."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal: bool):
+        o, lse = flash_forward_tma(q, k, v, causal)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal = causal
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        from kernels.attention.flash_bwd import flash_backward
+
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = flash_backward(q, k, v, o, lse, do, ctx.causal)
+        return dq, dk, dv, None
+
+
+def flash_attention_tma(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+                        causal: bool = False) -> torch.Tensor:
+    """Attention o (B, H, N, D) for q, k, v (B, H, N, D) fp16/bf16 with the TMA forward;
+    differentiable."""
+    return FlashAttentionTMA.apply(q, k, v, causal)

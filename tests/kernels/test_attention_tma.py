@@ -1,0 +1,99 @@
+"""triton_flash_tma: the FlashAttention forward with TMA descriptors (CPU interpreter) against
+the references: output and LSE, causal and not, fp16/bf16, several query/key tiles per head and
+several heads (a box must never cross into the next head), the GPU's configs, the backward
+through autograd, the N rule, and broken variants that must fail."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from harness.correctness import check, compare
+from harness.registry import Impl, Params, get_op
+from kernels.attention import flash_fwd_tma as fft
+from kernels.attention import reference as ref
+
+OP = get_op("attention")
+LOG2E = 1.4426950408889634
+
+
+def _qkv(B, H, N, D, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(B, H, N, D, generator=g).to(dtype) for _ in range(3))
+
+
+def _params(**kw):
+    base = dict(B=1, H=2, N=64, D=16, causal=False, mode="fwd")
+    base.update(kw)
+    return Params(base)
+
+
+def _within_rule(out, inputs_lo, fn_lo):
+    hi = fn_lo(*(x.float() for x in inputs_lo))
+    lo = fn_lo(*inputs_lo)
+    _, reason = compare(out, hi, lo, inputs_lo[0].dtype, 2.0)
+    assert reason is None, reason
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("B,H,N,D", [(2, 2, 96, 16), (1, 3, 64, 32)])
+def test_forward_and_lse(B, H, N, D, causal, dtype):
+    q, k, v = _qkv(B, H, N, D, dtype, seed=N + D)
+    o, lse = fft.flash_forward_tma(q, k, v, causal)
+    _within_rule(o, (q, k, v), lambda a, b, c: ref.reference_forward(a, b, c, causal=causal))
+    s = q.float() @ k.float().transpose(-1, -2) / math.sqrt(D)
+    if causal:
+        s = s.masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), float("-inf"))
+    torch.testing.assert_close(lse, torch.logsumexp(s, -1) * LOG2E, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("config", fft.TMA_CONFIGS[64][:3], ids=str)
+def test_gpu_configs(config):
+    """The Hopper candidates (128-row query tiles, 64/128-row key tiles), causal, 2 heads."""
+    q, k, v = _qkv(1, 2, 256, 64, torch.float16, seed=1)
+    o, _ = fft.flash_forward_tma(q, k, v, True, config=config)
+    _within_rule(o, (q, k, v), lambda a, b, c: ref.reference_forward(a, b, c, causal=True))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_registered_impl_forward_and_backward(causal):
+    for mode in ("fwd", "bwd"):
+        res = check(OP, OP.get_impl("triton_flash_tma"), _params(causal=causal, mode=mode),
+                    "float16", "cpu")
+        assert res.correct, (mode, res.error)
+
+
+def test_n_rule():
+    impl = OP.get_impl("triton_flash_tma")
+    why = impl.reason_unavailable(_params(N=100), "float16", "cpu")
+    assert "N must be a multiple of 32, got N=100" in why
+    assert impl.reason_unavailable(_params(N=96), "float16", "cpu") is None
+    q = torch.zeros(1, 1, 40, 16, dtype=torch.float16)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        fft.flash_forward_tma(q, q, q, False)
+    q = torch.zeros(1, 1, 64, 16, dtype=torch.float16)
+    with pytest.raises(ValueError, match="BLOCK_M must divide"):
+        fft.flash_forward_tma(q, q, q, False, config=(16, 32, 4, 1))
+
+
+def test_wrong_sequence_length_fails():
+    """The kernel launched as if N were one query tile (head offsets and key range wrong,
+    most O rows never written) must fail the check."""
+    def broken(q, k, v, causal=False):
+        B, H, N, D = q.shape
+        bm, bn, _, _ = fft.INTERPRETER_CONFIG
+        o = torch.empty_like(q)
+        lse = torch.empty((B, H, N), dtype=torch.float32)
+        rows = [t.contiguous().view(B * H * N, D) for t in (q, k, v, o)]
+        descs = [fft.TensorDescriptor.from_tensor(t, [b, D])
+                 for t, b in zip(rows, (bm, bn, bn, bm))]
+        fft._flash_fwd_tma_kernel[(N // bm, B * H)](
+            *descs, lse, bm, LOG2E / math.sqrt(D), HEAD_DIM=D, BLOCK_M=bm, BLOCK_N=bn,
+            CAUSAL=False, INTERP_BF16=False)
+        return o
+
+    impl = Impl(name="wrong_n", op=OP.name, fn=broken, backend="triton")
+    res = check(OP, impl, _params(causal=True), "float16", "cpu", trials=1)
+    assert not res.correct
