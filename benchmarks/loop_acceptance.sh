@@ -21,6 +21,14 @@
 #             then with bytecode under a private PYTHONPYCACHEPREFIX (twice): OUT_DIR/pyc.txt
 #   srccost   flash.yaml's ncu case set twice, SourceCounters on (default) and off: the
 #             per-case ncu seconds of both (OUT_DIR/srccost.txt)
+#   fused_before  the fused-op experiments (layernorm_bwd, groupnorm_mish, linear_gelu, mlp) with
+#             the kernels/ and experiments/ trees of BEFORE_TGZ (`git archive REV kernels
+#             experiments | gzip`, carried in .devcarry) swapped in; both restored afterwards
+#   fused     the same experiments with the current kernels (plus layernorm): each run's since
+#             block pairs it with its fused_before run
+#   fatma     experiments/flash_tma.yaml: triton_flash vs triton_flash_tma vs SDPA flash, cuDNN
+#   fatmagrid experiments/tune/flash_fwd_tma_configs.yaml (8 forced TMA configs, causal and not)
+#   lgtma     experiments/tune/linear_gelu_tma_configs.yaml (7 forced TMA matmul configs)
 # Each step is cut at the time left before DEADLINE_S (default 570) so the whole call returns;
 # each run's output is OUT_DIR/<step>.log with its wall time appended. `compare` of each A/A pair
 # goes to OUT_DIR/<step>.compare.txt.
@@ -76,6 +84,21 @@ PY
              aa clockaa "${c1:-}" "${c2:-}" ;;
     bwdgrid) run bwd_dkdv 200 experiments/tune/flash_bwd_dkdv_grid.yaml > /dev/null
              run bwd_dq 150 experiments/tune/flash_bwd_dq_grid.yaml > /dev/null ;;
+    fused_before)
+      [ -f "${BEFORE_TGZ:-}" ] || { echo "fused_before: BEFORE_TGZ not set or missing" >> "$out/steps.txt"; continue; }
+      rm -rf "$out/now" && mkdir -p "$out/now" && cp -r kernels experiments "$out/now/"
+      rm -rf kernels experiments && tar xzf "$BEFORE_TGZ"
+      for e in layernorm_bwd groupnorm_mish linear_gelu mlp; do
+        run "before_$e" 150 "experiments/$e.yaml" > /dev/null
+      done
+      rm -rf kernels experiments && cp -r "$out/now/kernels" "$out/now/experiments" . ;;
+    fused)
+      for e in layernorm layernorm_bwd groupnorm_mish linear_gelu mlp; do
+        run "$e" 150 "experiments/$e.yaml" > /dev/null
+      done ;;
+    fatma) run fatma 240 experiments/flash_tma.yaml > /dev/null ;;
+    fatmagrid) run fatmagrid 200 experiments/tune/flash_fwd_tma_configs.yaml > /dev/null ;;
+    lgtma) run lgtma 200 experiments/tune/linear_gelu_tma_configs.yaml > /dev/null ;;
     pyc)
       p=$(mktemp -d)  # not the harness's own prefix: later steps must start as cold as before
       code='import time, torch; t = time.time(); f = torch.compile(lambda x: x * 2 + 1)
@@ -107,7 +130,7 @@ for case, s_on in sorted(on["per_case_s"].items()):
     print(f"{case:72s} on {s_on:6.2f}  off {s_off:6.2f}  +{s_on - s_off:5.2f} s")
 PY
       ;;
-    *) echo "unknown step $step (flash, flash_aa, flash_again, worse, softmax, tune, bwd, bwd_again, bwdgrid, clockaa, pyc, srccost)"; exit 2 ;;
+    *) echo "unknown step $step (flash, flash_aa, flash_again, worse, softmax, tune, bwd, bwd_again, bwdgrid, clockaa, pyc, srccost, fused_before, fused, fatma, fatmagrid, lgtma)"; exit 2 ;;
   esac
 done
 cat "$out/steps.txt"

@@ -4,6 +4,8 @@ launch-config picks (the check pass then times nothing it already timed).
 
     previous_medians(run_dir)             -> case_id -> the latest earlier run's median ms (the
         scheduler's longest-first estimate)
+    previous_profile_s(run_dir, prof)     -> case_id -> seconds the case took under profiler
+        `prof` in the latest earlier run that profiled (how the profiler passes are sharded)
     compiled_before(run_dir, impl_of, op) -> the cases whose kernels this host has compiled:
         the previous run on this host, same torch and triton, checked them with the same code
     inherit_picks(run_dir, op)            -> the previous run's id when its tuner_picks.json
@@ -61,6 +63,22 @@ def previous_medians(run_dir: Path) -> dict[str, float]:
         if "median_ms" in res.columns and len(res):
             return {c: float(v) for c, v in zip(res.case_id, res.median_ms)
                     if v is not None and math.isfinite(float(v))}
+    return {}
+
+
+def previous_profile_s(run_dir: Path, prof: str) -> dict[str, float]:
+    """case_id -> seconds under profiler `prof` (start to done in its worker, the first case
+    of an implementation with its compile and warm-up) in the latest earlier run whose
+    manifest has them; {} when there is none."""
+    for prev in earlier_runs(run_dir):
+        try:
+            m = store.load_manifest(prev)
+        except HarnessError:
+            continue
+        per = ((m.get("profiler_wall_s") or {}).get(prof) or {}).get("per_case_s")
+        if per:
+            return {c: float(v) for c, v in per.items()
+                    if isinstance(v, (int, float)) and math.isfinite(v)}
     return {}
 
 

@@ -199,15 +199,21 @@ class ProfilerPasses:
 
     def _profile_shards(self, prof_name: str, cases: list[str]) -> list[tuple]:
         """(gpu, case ids, out dir) per profiler process: one on one GPU (raw/<prof>/), else an
-        implementation's cases together on one GPU, each GPU writing raw/<prof>/gpu<i>/."""
+        implementation's cases together on one GPU (an implementation heavier than a GPU's
+        fair share split over several), each GPU writing raw/<prof>/gpu<i>/. A case weighs
+        what it took under this profiler in the previous run, else its estimated cost."""
         out_dir = store.raw_dir(self.run_dir, prof_name)
         gpus = self.executor.profiler_gpus()
         if len(gpus) <= 1 or len(cases) <= 1:
             return [(gpus[0] if gpus else None, cases, out_dir)]
         frame = store.load_cases(self.run_dir)
         impl_of = dict(zip(frame.case_id, frame.impl))
+        from harness.previous import previous_profile_s
+
         _, cost, _ = self.plan()
-        parts = shard_by_impl(cases, impl_of, cost, len(gpus))
+        seen = previous_profile_s(self.run_dir, prof_name)
+        weight = {c: seen[c] if c in seen else cost.get(c, 0.0) for c in cases}
+        parts = shard_by_impl(cases, impl_of, weight, len(gpus))
         return [(g, ids, store.raw_dir(self.run_dir, prof_name, f"gpu{g}"))
                 for g, ids in zip(gpus, parts) if ids]
 

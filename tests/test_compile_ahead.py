@@ -26,6 +26,12 @@ def test_compile_workers_one_per_four_cores_capped():
     assert compile_workers(16, 100) == 4
     assert compile_workers(2, 100) == 1  # a small machine still compiles ahead, in one
     assert compile_workers(64, 3) == 3 and compile_workers(8, 0) == 0
+    # a two-GPU host (32 cores): four per GPU; its cores still bound it
+    assert compile_workers(32, 100, 2) == 8 and compile_workers(16, 100, 2) == 4
+    from harness.executors.schedule import workers_per_gpu
+
+    assert workers_per_gpu(8, 2) == 4 and workers_per_gpu(5, 2) == 3
+    assert workers_per_gpu(3, 1) == 3 and workers_per_gpu(0, 2) == 0
 
 
 class _Timed(Tuner):

@@ -386,17 +386,41 @@ _WRAP = ("import os, pathlib, subprocess, sys; out = pathlib.Path(sys.argv[1]); 
          "sys.exit(subprocess.call(argv))")
 
 
-def test_shard_by_impl_keeps_an_implementation_on_one_gpu():
-    from harness.executors.schedule import shard_by_impl
+def test_shard_by_impl_keeps_light_implementations_whole_and_splits_the_tail():
+    from harness.executors.schedule import PROFILE_SETUP_S as S, shard_by_impl
     ids = [f"{i}.N={n}" for i in ("a", "b", "c") for n in (1, 2, 3)]
     impl_of = {c: c.split(".")[0] for c in ids}
-    cost = {c: (30.0 if c.startswith("a") else 1.0) for c in ids}
-    parts = shard_by_impl(ids, impl_of, cost, 2)
+    # light implementations: each whole on one GPU, a balanced pair
+    even = {c: {"a": 4.0, "b": 3.0, "c": 1.0}[impl_of[c]] for c in ids}
+    parts = shard_by_impl(ids, impl_of, even, 2)
     assert sorted(sum(parts, [])) == sorted(ids)
     for p in parts:
-        assert len({impl_of[c] for c in p}) >= 1 and p == [c for c in ids if c in p]
+        assert p == [c for c in ids if c in p]  # the given order inside a shard
     by_impl = {impl_of[c]: i for i, p in enumerate(parts) for c in p}
-    assert by_impl["a"] != by_impl["b"] == by_impl["c"]  # the heavy one alone
+    assert by_impl["a"] != by_impl["b"] == by_impl["c"]
+    # one implementation heavier than half of everything (torch.compile under nsys): cut in
+    # two, each piece paying the start-up again; the pass's tail drops from a's 95 s
+    heavy = {c: (30.0 if c.startswith("a") else 1.0) for c in ids}
+    parts = shard_by_impl(ids, impl_of, heavy, 2)
+    assert sorted(sum(parts, [])) == sorted(ids)
+    assert all(any(impl_of[c] == "a" for c in p) for p in parts)
+    load = [sum(heavy[c] for c in p) + S * len({impl_of[c] for c in p}) for p in parts]
+    assert max(load) == 2 * 30.0 + S < 3 * 30.0 + S
+    assert shard_by_impl(ids, impl_of, heavy, 1) == [ids]  # one GPU: nothing to split
+
+
+def test_profile_shards_weigh_cases_by_the_previous_runs_profiler_seconds(tmp_path):
+    from harness.previous import previous_profile_s
+    from run_factory import write_run
+
+    old = write_run(tmp_path, minutes=0, medians={"a/64": 1.0})
+    new = write_run(tmp_path, minutes=5, medians={"a/64": 1.0})
+    assert previous_profile_s(new, "nsys") == {}
+    store.update_manifest(old, profiler_wall_s={"nsys": {"per_case_s": {"a.N=1": 12.5,
+                                                                        "b.N=1": 0.4}}})
+    assert previous_profile_s(new, "nsys") == {"a.N=1": 12.5, "b.N=1": 0.4}
+    assert previous_profile_s(new, "ncu") == {}
+    assert previous_profile_s(old, "nsys") == {}  # only earlier runs count
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ Nothing here starts a process or touches a device, so every rule is unit-tested 
                                                   round-robin in check order, so the first
                                                   (largest) case of every kernel variant is
                                                   compiled side by side
-    compile_workers(cpus, n_cases)             -> how many compile-ahead workers
+    compile_workers(cpus, n_cases, n_gpus)     -> how many compile-ahead workers
 """
 from __future__ import annotations
 
@@ -166,25 +166,53 @@ PROFILE_SETUP_S = 5.0  # a profiler process's per-implementation start-up (impor
 
 
 def shard_by_impl(case_ids: list[str], impl_of: dict[str, str], cost: dict[str, float],
-                  n: int) -> list[list[str]]:
-    """Longest-first greedy assignment of whole implementations onto n shards (cases keep
-    their given order inside a shard); an implementation costs its cases plus a start-up."""
+                  n: int, setup: float = PROFILE_SETUP_S) -> list[list[str]]:
+    """Longest-first greedy assignment of implementations onto n shards (cases keep their
+    given order inside a shard); an implementation costs its cases plus a start-up (`setup`).
+    An implementation heavier than a fair share (the total over n) is cut into as many pieces
+    as it has fair shares, its cases dealt longest first onto the lightest piece; each piece
+    pays the start-up again, but one implementation no longer sets the pass's tail (on a
+    two-H200 host, torch.compile's whole nsys share on one GPU did)."""
     groups: dict[str, list[str]] = {}
     for c in case_ids:
         groups.setdefault(impl_of.get(c, c), []).append(c)
-    weight = {g: PROFILE_SETUP_S + sum(cost.get(c, 0.0) for c in ids)
-              for g, ids in groups.items()}
-    order = shard(list(groups), weight, n)
+    weight = {g: setup + sum(cost.get(c, 0.0) for c in ids) for g, ids in groups.items()}
+    fair = sum(weight.values()) / max(1, n)
+    pieces: dict[tuple[str, int], list[str]] = {}
+    for g, ids in groups.items():
+        k = min(n, len(ids), math.ceil(weight[g] / fair - 1e-9)) if n > 1 and fair > 0 else 1
+        if k <= 1:
+            pieces[(g, 0)] = ids
+            continue
+        bins: list[list[str]] = [[] for _ in range(k)]
+        load = [setup] * k
+        for c in sorted(ids, key=lambda c: -cost.get(c, 0.0)):
+            j = min(range(k), key=load.__getitem__)
+            bins[j].append(c)
+            load[j] += cost.get(c, 0.0)
+        pieces.update({(g, j): b for j, b in enumerate(bins)})
+    names = {f"{g}#{j}": (g, j) for g, j in pieces}
+    piece_weight = {name: setup + sum(cost.get(c, 0.0) for c in pieces[key])
+                    for name, key in names.items()}
+    order = shard(list(names), piece_weight, n)
     pos = {c: i for i, c in enumerate(case_ids)}
-    return [sorted((c for g in gs for c in groups[g]), key=pos.__getitem__) for gs in order]
+    return [sorted((c for name in names_on for c in pieces[names[name]]), key=pos.__getitem__)
+            for names_on in order]
 
 
-MAX_COMPILE_WORKERS = 4  # Triton's precompile runs up to 8 threads in each
+MAX_COMPILE_WORKERS = 4  # per GPU; Triton's precompile runs up to 8 threads in each
 
 
-def compile_workers(cpus: int | None, n_cases: int) -> int:
-    """Compile-ahead processes: one per 4 CPU cores, at most MAX_COMPILE_WORKERS and n_cases."""
-    return max(0, min(MAX_COMPILE_WORKERS, max(1, (cpus or 1) // 4), n_cases))
+def compile_workers(cpus: int | None, n_cases: int, n_gpus: int = 1) -> int:
+    """Compile-ahead processes: one per 4 CPU cores, at most MAX_COMPILE_WORKERS per GPU (a
+    host with more GPUs has more cores, and each GPU's memory is shared by fewer workers) and
+    n_cases."""
+    return max(0, min(MAX_COMPILE_WORKERS * max(1, n_gpus), max(1, (cpus or 1) // 4), n_cases))
+
+
+def workers_per_gpu(n_workers: int, n_gpus: int) -> int:
+    """The most compile-ahead workers any one GPU hosts (worker i runs on GPU i % n_gpus)."""
+    return -(-n_workers // max(1, n_gpus)) if n_workers else 0
 
 
 def warm_shards(case_ids: list[str], n: int) -> list[list[str]]:

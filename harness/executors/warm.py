@@ -20,9 +20,9 @@ from typing import Callable
 from harness import store
 from harness.executors.process import (CaseWatch, run_threads, stream, todo, worker_argv,
                                        worker_env)
-from harness.executors.schedule import compile_workers, warm_shards
+from harness.executors.schedule import compile_workers, warm_shards, workers_per_gpu
 
-MEMORY_SHARE = 0.9  # of the GPU's memory, split between the compile-ahead workers
+MEMORY_SHARE = 0.9  # of a GPU's memory, split between the compile-ahead workers it hosts
 
 
 def compile_ahead(run_dir: Path, case_ids: list[str], *, device: str,
@@ -33,11 +33,13 @@ def compile_ahead(run_dir: Path, case_ids: list[str], *, device: str,
     Returns {"workers": n, "cases": n, "wall_s": s} (workers 0: nothing was run)."""
     run_dir = Path(run_dir)
     ids = todo(run_dir, "warm", case_ids)
-    n = compile_workers(os.cpu_count(), len(ids)) if workers is None else min(workers, len(ids))
+    n_gpus = len(gpus) if gpus else 1
+    n = (compile_workers(os.cpu_count(), len(ids), n_gpus) if workers is None
+         else min(workers, len(ids)))
     if n < 1:
         return {"workers": 0, "cases": 0, "wall_s": 0.0}
     shards = warm_shards(ids, n)
-    frac = MEMORY_SHARE / len(shards)
+    frac = MEMORY_SHARE / workers_per_gpu(len(shards), n_gpus)
     t0 = time.monotonic()
     lock = threading.Lock()
     stop = stop or threading.Event()
