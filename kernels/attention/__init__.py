@@ -23,7 +23,7 @@ import torch
 
 from harness.registry import Op, Param
 from kernels._common import interpreted
-from kernels.attention import flash, flash_bwd, flash_fwd, flash_fwd_tma
+from kernels.attention import flash, flash_bwd, flash_bwd_tma, flash_fwd, flash_fwd_tma
 from kernels.attention import fused_mha as fused_mha_mod, peers
 from kernels.attention import reference as ref
 
@@ -166,15 +166,16 @@ op.impl("triton_flash", backend="triton", unavailable=_triton_unavailable,
 
 
 def _tma_unavailable(p, dtype, device):
-    return _triton_unavailable(p, dtype, device) or flash_fwd_tma.unsupported(p.N, p.D)
+    return (_triton_unavailable(p, dtype, device) or flash_fwd_tma.unsupported(p.N, p.D)
+            or (flash_bwd_tma.unsupported(p.N, p.D) if p.mode != "fwd" else None))
 
 
 op.impl("triton_flash_tma", backend="triton", unavailable=_tma_unavailable,
         expected_kernels=lambda p: flash.kernels_launched(p.mode),
-        tuners={"": flash_fwd_tma._tuner, "dkdv": flash_bwd._dkdv_tuner,
-                "dq": flash_bwd._dq_tuner},
-        description="triton_flash with Q/K/V/O tiles through Hopper TMA descriptors (forward; "
-                    "the backward is triton_flash's); N a multiple of the query tile")(
+        tuners={"": flash_fwd_tma._tuner, "dkdv": flash_bwd_tma._dkdv_tuner,
+                "dq": flash_bwd_tma._dq_tuner},
+        description="triton_flash with every Q/K/V/dO tile and O/dQ/dK/dV store through Hopper "
+                    "TMA descriptors; N a multiple of the tiles")(
     flash_fwd_tma.flash_attention_tma)
 
 for _name in ("flash", "efficient", "cudnn"):

@@ -49,13 +49,16 @@ def build(fn, name: str, pointers: dict[str, str], scalars: dict[str, str], cons
 
 def builds(quick: bool, dtype: str = "fp16", dims=(64, 128)):
     """Yield a Build per (kernel, D, causal, config)."""
-    from kernels.attention import flash_bwd, flash_fwd, flash_fwd_tma, fused_mha
+    from kernels.attention import flash_bwd, flash_bwd_tma, flash_fwd, flash_fwd_tma, fused_mha
 
     t = "*" + dtype
     fwd_ptrs = {"Q": t, "K": t, "V": t, "O": t, "LSE": "*fp32"}
     bwd_ptrs = {"Q": t, "K": t, "V": t, "DO": t, "LSE": "*fp32", "DELTA": "*fp32"}
     bwd_scalars = {"n_ctx": "i32", "qk_scale": "fp32", "sm_scale": "fp32"}
     pick = (lambda cs: cs[:1]) if quick else (lambda cs: cs)
+
+    def descs(D: int, **boxes: int) -> dict[str, str]:
+        return {name: f"tensordesc<{dtype}[{rows},{D}]>" for name, rows in boxes.items()}
     for D in dims:
         for causal in (False, True):
             flags = {"HEAD_DIM": D, "CAUSAL": causal, "INTERP_BF16": False}
@@ -64,11 +67,9 @@ def builds(quick: bool, dtype: str = "fp16", dims=(64, 128)):
                             {"n_ctx": "i32", "qk_scale": "fp32"},
                             {**flags, "BLOCK_M": c[0], "BLOCK_N": c[1]}, c, D, causal)
             for c in pick(flash_fwd_tma.TMA_CONFIGS[D]):
-                descs = {name: f"tensordesc<{dtype}[{rows},{D}]>"
-                         for name, rows in (("desc_q", c[0]), ("desc_k", c[1]), ("desc_v", c[1]),
-                                            ("desc_o", c[0]))}
                 yield build(flash_fwd_tma._flash_fwd_tma_kernel, "fwd_tma",
-                            {**descs, "LSE": "*fp32"}, {"n_ctx": "i32", "qk_scale": "fp32"},
+                            {**descs(D, desc_q=c[0], desc_k=c[1], desc_v=c[1], desc_o=c[0]),
+                             "LSE": "*fp32"}, {"n_ctx": "i32", "qk_scale": "fp32"},
                             {**flags, "BLOCK_M": c[0], "BLOCK_N": c[1]}, c, D, causal)
             for c in pick(flash_bwd.DKDV_CONFIGS[D]):
                 yield build(flash_bwd._bwd_dkdv_kernel, "bwd_dkdv", {**bwd_ptrs, "DK": t, "DV": t},
@@ -77,6 +78,20 @@ def builds(quick: bool, dtype: str = "fp16", dims=(64, 128)):
             for c in pick(flash_bwd.DQ_CONFIGS[D]):
                 yield build(flash_bwd._bwd_dq_kernel, "bwd_dq", {**bwd_ptrs, "DQ": t},
                             bwd_scalars, {**flags, "BLOCK_M2": c[0], "BLOCK_N2": c[1]}, c, D,
+                            causal)
+            for c in pick(flash_bwd.DKDV_CONFIGS[D]):
+                bm, bn = c[0], c[1]
+                yield build(flash_bwd_tma._bwd_dkdv_tma_kernel, "dkdv_tma",
+                            {**descs(D, desc_q=bm, desc_k=bn, desc_v=bn, desc_do=bm),
+                             "LSE": "*fp32", "DELTA": "*fp32",
+                             **descs(D, desc_dk=bn, desc_dv=bn)}, bwd_scalars,
+                            {**flags, "BLOCK_M1": bm, "BLOCK_N1": bn}, c, D, causal)
+            for c in pick(flash_bwd.DQ_CONFIGS[D]):
+                bm, bn = c[0], c[1]
+                yield build(flash_bwd_tma._bwd_dq_tma_kernel, "dq_tma",
+                            {**descs(D, desc_q=bm, desc_k=bn, desc_v=bn, desc_do=bm),
+                             "LSE": "*fp32", "DELTA": "*fp32", **descs(D, desc_dq=bm)},
+                            bwd_scalars, {**flags, "BLOCK_M2": bm, "BLOCK_N2": bn}, c, D,
                             causal)
             for c in pick(fused_mha.CONFIGS):
                 yield build(fused_mha._fused_mha_kernel, "fused_mha",

@@ -173,8 +173,7 @@ def flash_forward_tma(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal:
 
 
 class FlashAttentionTMA(torch.autograd.Function):
-    """The TMA forward; the backward is triton_flash's (kernels/attention/flash_bwd.py), which
-    needs only q, k, v, o and the LSE."""
+    """The TMA forward and the TMA backward (kernels/attention/flash_bwd_tma.py)."""
 
     @staticmethod
     def forward(ctx, q, k, v, causal: bool):
@@ -185,15 +184,15 @@ class FlashAttentionTMA(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, do):
-        from kernels.attention.flash_bwd import flash_backward
+        from kernels.attention.flash_bwd_tma import flash_backward_tma
 
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = flash_backward(q, k, v, o, lse, do, ctx.causal)
+        dq, dk, dv = flash_backward_tma(q, k, v, o, lse, do, ctx.causal)
         return dq, dk, dv, None
 
 
 def flash_attention_tma(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
                         causal: bool = False) -> torch.Tensor:
-    """Attention o (B, H, N, D) for q, k, v (B, H, N, D) fp16/bf16 with the TMA forward;
+    """Attention o (B, H, N, D) for q, k, v (B, H, N, D) fp16/bf16 with the TMA kernels;
     differentiable."""
     return FlashAttentionTMA.apply(q, k, v, causal)
