@@ -3,9 +3,9 @@ dQ kernels (P recomputed from the LSE, no N x N matrix, no atomics) with every Q
 tile moved by TMA descriptors and dK, dV, dQ stored through them. The delta preprocess is
 flash_bwd's.
 
-Why: in an sm_90 build the pointer-load dK/dV kernel needs 234-255 registers per thread at
-D=128, and the tiles an H200 measured fastest ((64, 64, 4, 2), (64, 128, 8, 3)) spill
-(python -m kernels.attention.aot_check). Every thread computes and holds the addresses of its
+Why: in an sm_90 build the pointer-load dK/dV kernel needs 234 registers per thread at D=128
+with its first candidate, and the tiles an H200 measured fastest ((64, 64, 4, 2),
+(64, 128, 8, 3)) hit 255 and spill (python -m kernels.attention.aot_check --d 128). Every thread computes and holds the addresses of its
 share of the streamed Q and dO tiles; with descriptors the TMA unit does, and those registers
 go to the accumulators.
 
@@ -100,8 +100,9 @@ def _bwd_dkdv_tma_kernel(desc_q, desc_k, desc_v, desc_do, LSE, DELTA, desc_dk, d
     dk, dv = _dkdv_tiles_tma(dk, dv, k, v, desc_q, desc_do, lse_base, delta_base, head_row,
                              offs_n, lo, n_ctx, qk_scale, BLOCK_M1, False, INTERP_BF16)
     # write BLOCK_N1 x D of dK and of dV (TMA)
-    desc_dk.store([head_row + start_n, 0], _cast(dk * sm_scale, desc_dk.dtype, INTERP_BF16))
-    desc_dv.store([head_row + start_n, 0], _cast(dv, desc_dv.dtype, INTERP_BF16))
+    # (dK, dV in the inputs' dtype: k's)
+    desc_dk.store([head_row + start_n, 0], _cast(dk * sm_scale, k.dtype, INTERP_BF16))
+    desc_dv.store([head_row + start_n, 0], _cast(dv, k.dtype, INTERP_BF16))
 
 
 @triton.jit
@@ -154,7 +155,7 @@ def _bwd_dq_tma_kernel(desc_q, desc_k, desc_v, desc_do, LSE, DELTA, desc_dq, n_c
         dq = _dq_tiles_tma(dq, q, do, lse, delta, desc_k, desc_v, head_row, offs_m, 0, n_ctx,
                            qk_scale, BLOCK_N2, False, INTERP_BF16)
     # write BLOCK_M2 x D of dQ (TMA)
-    desc_dq.store([head_row + start_m, 0], _cast(dq * sm_scale, desc_dq.dtype, INTERP_BF16))
+    desc_dq.store([head_row + start_m, 0], _cast(dq * sm_scale, q.dtype, INTERP_BF16))
 
 
 def configs_for(D: int, N: int) -> tuple[list, list]:

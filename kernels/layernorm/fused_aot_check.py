@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from kernels._aot import compile_cost
 
 import triton
+import triton.language as tl
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,8 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
                          "bias_ptr": t, "M": "i32", "N": "i32", "K": "i32"},
                         {"HAS_BIAS": True, "ACT": 1, "DOT_F32": False, "BLOCK_M": cfg.block_m,
                          "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k,
-                         "GROUP_M": cfg.group_m, "EPI_SPLIT": cfg.epi_split, "NUM_SMS": 132},
+                         "GROUP_M": cfg.group_m, "EPI_SPLIT": cfg.epi_split, "NUM_SMS": 132,
+                         "C_DTYPE": {"fp16": tl.float16, "bf16": tl.bfloat16}[dtype]},
                         cfg.num_warps, cfg.num_stages, aligned=("M", "N", "K"))
     if want("mlp_fused") and dtype != "fp32":
         for c in pick(triton_mlp.FUSED_CONFIGS):

@@ -43,6 +43,9 @@ except ImportError:  # pragma: no cover - older triton: the impl reports itself 
     TensorDescriptor = None
 
 
+TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
+
+
 class TmaConfig(NamedTuple):
     block_m: int
     block_n: int
@@ -110,7 +113,8 @@ def _epilogue(acc, bias_ptr, rn, N, HAS_BIAS: tl.constexpr, ACT: tl.constexpr):
 def _matmul_tma(a_desc, w_desc, c_desc, bias_ptr, M, N, K,
                 HAS_BIAS: tl.constexpr, ACT: tl.constexpr, DOT_F32: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                GROUP_M: tl.constexpr, EPI_SPLIT: tl.constexpr, NUM_SMS: tl.constexpr):
+                GROUP_M: tl.constexpr, EPI_SPLIT: tl.constexpr, NUM_SMS: tl.constexpr,
+                C_DTYPE: tl.constexpr):
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
@@ -136,15 +140,15 @@ def _matmul_tma(a_desc, w_desc, c_desc, bias_ptr, M, N, K,
             rn0 = off_n + tl.arange(0, SLICE_N)
             # write BLOCK_M x BLOCK_N/2 of C, twice
             c_desc.store([off_m, off_n],
-                         _epilogue(acc0, bias_ptr, rn0, N, HAS_BIAS, ACT).to(c_desc.dtype))
+                         _epilogue(acc0, bias_ptr, rn0, N, HAS_BIAS, ACT).to(C_DTYPE))
             c_desc.store([off_m, off_n + SLICE_N],
                          _epilogue(acc1, bias_ptr, rn0 + SLICE_N, N, HAS_BIAS, ACT)
-                         .to(c_desc.dtype))
+                         .to(C_DTYPE))
         else:
             rn = off_n + tl.arange(0, BLOCK_N)
             # write BLOCK_M x BLOCK_N of C
             c_desc.store([off_m, off_n],
-                         _epilogue(acc, bias_ptr, rn, N, HAS_BIAS, ACT).to(c_desc.dtype))
+                         _epilogue(acc, bias_ptr, rn, N, HAS_BIAS, ACT).to(C_DTYPE))
 
 
 def tma_unsupported(dims: dict[str, int], dtype: torch.dtype) -> str | None:
@@ -186,7 +190,7 @@ def launch(a, w, bias, c, act: str, cfg: TmaConfig, sms: int) -> None:
         a_desc, w_desc, c_desc, bias if bias is not None else a, M, N, K,
         HAS_BIAS=bias is not None, ACT=ACTIVATIONS[act], DOT_F32=dot_needs_f32(a.dtype),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
-        EPI_SPLIT=cfg.epi_split, NUM_SMS=grid[0],
+        EPI_SPLIT=cfg.epi_split, NUM_SMS=grid[0], C_DTYPE=TL_DTYPES[c.dtype],
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
 
@@ -209,6 +213,8 @@ def matmul_bias_act_tma(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | N
         raise ValueError(why)
     if bias is not None and bias.shape != (N,):
         raise ValueError(f"bias must have shape ({N},), got {tuple(bias.shape)}")
+    if a.dtype not in TL_DTYPES:
+        raise ValueError(f"dtype must be one of float16, bfloat16, float32, got {a.dtype}")
     a, w = a.contiguous(), w.contiguous()
     c = torch.empty((M, N), device=a.device, dtype=a.dtype) if out is None else out
     if M == 0 or N == 0:

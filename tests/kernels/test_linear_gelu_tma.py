@@ -92,7 +92,8 @@ def test_one_program_short_fails():
             tmt.TensorDescriptor.from_tensor(c, [cfg.block_m, cfg.block_n // cfg.epi_split]),
             b, x.shape[0], w.shape[0], x.shape[1], HAS_BIAS=True, ACT=1, DOT_F32=False,
             BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-            GROUP_M=cfg.group_m, EPI_SPLIT=cfg.epi_split, NUM_SMS=tmt.INTERPRETER_SMS)
+            GROUP_M=cfg.group_m, EPI_SPLIT=cfg.epi_split, NUM_SMS=tmt.INTERPRETER_SMS,
+            C_DTYPE=tmt.TL_DTYPES[c.dtype])
         return c
 
     res = check(OP, _impl(broken, "short_grid"), _p(100, 32, 96), "float16", "cpu", trials=1)
