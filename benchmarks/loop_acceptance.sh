@@ -27,6 +27,9 @@
 #   fused     the same experiments with the current kernels (plus layernorm): each run's since
 #             block pairs it with its fused_before run
 #   fatma     experiments/flash_tma.yaml: triton_flash vs triton_flash_tma vs SDPA flash, cuDNN
+#   hprof     flash.yaml at N=4096 with --profile-harness and empty Triton/Inductor caches (as a
+#             first run on a fresh machine): each process's cProfile top functions copied to
+#             OUT_DIR/hprof/ (where the cold check pass's time goes)
 #   fbtma     experiments/flash_bwd_tma.yaml: the backward, pointer loads vs TMA, vs SDPA
 #   fatmagrid experiments/tune/flash_fwd_tma_configs.yaml (8 forced TMA configs, causal and not)
 #   lgtma     experiments/tune/linear_gelu_tma_configs.yaml (7 forced TMA matmul configs)
@@ -98,6 +101,11 @@ PY
         run "$e" 150 "experiments/$e.yaml" > /dev/null
       done ;;
     fatma) run fatma 240 experiments/flash_tma.yaml > /dev/null ;;
+    hprof)
+      cold=$(mktemp -d)
+      h=$(TRITON_CACHE_DIR="$cold/triton" TORCHINDUCTOR_CACHE_DIR="$cold/inductor" \
+          run hprof 240 experiments/flash.yaml --cases '*N=4096*' --profile-harness)
+      [ -n "$h" ] && mkdir -p "$out/hprof" && cp "$h"/raw/harness_profile/*.txt "$out/hprof/" ;;
     fbtma) run fbtma 300 experiments/flash_bwd_tma.yaml > /dev/null ;;
     fatmagrid) run fatmagrid 200 experiments/tune/flash_fwd_tma_configs.yaml > /dev/null ;;
     lgtma) run lgtma 200 experiments/tune/linear_gelu_tma_configs.yaml > /dev/null ;;
@@ -132,7 +140,7 @@ for case, s_on in sorted(on["per_case_s"].items()):
     print(f"{case:72s} on {s_on:6.2f}  off {s_off:6.2f}  +{s_on - s_off:5.2f} s")
 PY
       ;;
-    *) echo "unknown step $step (flash, flash_aa, flash_again, worse, softmax, tune, bwd, bwd_again, bwdgrid, clockaa, pyc, srccost, fused_before, fused, fatma, fbtma, fatmagrid, lgtma)"; exit 2 ;;
+    *) echo "unknown step $step (flash, flash_aa, flash_again, worse, softmax, tune, bwd, bwd_again, bwdgrid, clockaa, pyc, srccost, fused_before, fused, fatma, fbtma, fatmagrid, lgtma, hprof)"; exit 2 ;;
   esac
 done
 cat "$out/steps.txt"

@@ -30,6 +30,10 @@ def _add_run(sub):
     p.add_argument("--against", default=None, metavar="RUN|none|auto",
                    help="the run the since-last-run block compares with (default auto: the "
                         "latest earlier comparable run in --out; none: no block)")
+    p.add_argument("--profile-harness", action="store_true",
+                   help="run the driver and every worker under cProfile: "
+                        "raw/harness_profile/<process>.pstats and .txt (where the harness's "
+                        "own time goes; the run is slower, do not compare its numbers)")
     p.add_argument("--retune", action="store_true",
                    help="time the Tuners' candidates again even where the previous run of "
                         "unchanged code picked them (default: its picks are kept)")
@@ -54,12 +58,14 @@ def _cmd_run(a, console: Console) -> int:
     try:
         if a.resume:
             run_dir = runner.resume(a.resume, out_root=a.store, console=console, gpus=a.gpus,
-                                    ray=a.ray, against=a.against)
+                                    ray=a.ray, against=a.against,
+                                    profile_harness=a.profile_harness)
         else:
             run_dir = runner.start(a.experiment, out_root=a.store, smoke=a.smoke,
                                    cases_filter=a.cases, device=a.device, console=console,
                                    argv=sys.argv[1:], gpus=a.gpus, ray=a.ray,
-                                   against=a.against, retune=a.retune)
+                                   against=a.against, retune=a.retune,
+                                   profile_harness=a.profile_harness)
     except Interrupted as exc:
         run_dir = exc.args[0] if exc.args else None
         console.print("[yellow]interrupted[/]: the partial run is stored; finish it with "

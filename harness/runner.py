@@ -8,6 +8,7 @@ Ctrl-C leaves a readable partial run (status `interrupted`); `harness run --resu
 """
 from __future__ import annotations
 
+import os
 import random
 import time
 from datetime import datetime, timezone
@@ -209,7 +210,8 @@ def detect_device(requested: str | None) -> tuple[str, str]:
 
 def start(exp_path: str, *, out_root: str, smoke: bool | None, cases_filter: str | None,
           device: str | None, console: Console, argv: list[str], gpus: str | None = None,
-          ray: str | None = None, against: str | None = None, retune: bool = False) -> Path:
+          ray: str | None = None, against: str | None = None, retune: bool = False,
+          profile_harness: bool = False) -> Path:
     from harness.analysis import pairing
 
     exp = spec.load(exp_path)  # SpecError before anything is written
@@ -245,6 +247,7 @@ def start(exp_path: str, *, out_root: str, smoke: bool | None, cases_filter: str
         "driver": store.driver_record(),
         "against": asked.as_dict() if asked else None,  # None: found at the end of the run
         "retune": retune,  # True: no Tuner pick taken over from the previous run
+        "profile_harness": profile_harness,  # raw/harness_profile/: cProfile of each process
     }
     run_dir = store.create_run(out_root, exp.name, manifest)
     store.write_table(run_dir, "cases", cases_frame(cases))
@@ -252,7 +255,7 @@ def start(exp_path: str, *, out_root: str, smoke: bool | None, cases_filter: str
                   f"({len(exp.impl_names())} implementations x "
                   f"{len(cases) // max(1, len(exp.impl_names()))} shapes) on {dev}"
                   f"{_where(executor)}")
-    _run(run_dir, console, executor)
+    _run(run_dir, console, executor, profile_harness)
     return run_dir
 
 
@@ -276,15 +279,29 @@ def _where(executor: Executor) -> str:
     return ""
 
 
-def _run(run_dir: Path, console: Console, executor: Executor | None = None) -> None:
+def _run(run_dir: Path, console: Console, executor: Executor | None = None,
+         profile_harness: bool = False) -> None:
+    from harness import selfprofile
+
+    before = os.environ.get(selfprofile.ENV)
+    if profile_harness:
+        folder = selfprofile.enable_for(run_dir)
+        console.print(f"profiling the harness itself (cProfile per process) into {folder}")
     try:
-        Runner(run_dir, console, executor).run()
+        with selfprofile.profiled("driver"):
+            Runner(run_dir, console, executor).run()
     except Interrupted:
         raise Interrupted(run_dir) from None
+    finally:  # a later run in this process is not profiled unless it asks
+        if before is None:
+            os.environ.pop(selfprofile.ENV, None)
+        else:
+            os.environ[selfprofile.ENV] = before
 
 
 def resume(ref: str, *, out_root: str, console: Console, gpus: str | None = None,
-           ray: str | None = None, against: str | None = None) -> Path:
+           ray: str | None = None, against: str | None = None,
+           profile_harness: bool = False) -> Path:
     """Finish a stopped run with the executor it started with (or the one given now)."""
     from harness.analysis import pairing
 
@@ -313,5 +330,5 @@ def resume(ref: str, *, out_root: str, console: Console, gpus: str | None = None
     store.update_manifest(run_dir, status="running", driver=store.driver_record(),
                           executor=executor.describe())
     console.print(f"resuming run [bold]{run_dir.name}[/] on {dev}{_where(executor)}")
-    _run(run_dir, console, executor)
+    _run(run_dir, console, executor, profile_harness)
     return run_dir

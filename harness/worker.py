@@ -372,5 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
     only = list(dict.fromkeys(a.cases.split(","))) if a.cases else None
+    from harness import selfprofile
+
     w = Worker(Path(a.run), a.device)
-    return w.run(passes, only, a.tag, a.shard)
+    with selfprofile.profiled("worker-" + "-".join([*passes, *(x for x in (a.shard, a.tag) if x)])):
+        return w.run(passes, only, a.tag, a.shard)
