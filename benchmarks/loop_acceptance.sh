@@ -21,10 +21,10 @@
 #             then with bytecode under a private PYTHONPYCACHEPREFIX (twice): OUT_DIR/pyc.txt
 #   srccost   flash.yaml's ncu case set twice, SourceCounters on (default) and off: the
 #             per-case ncu seconds of both (OUT_DIR/srccost.txt)
-#   fused_before  the fused-op experiments (layernorm_bwd, groupnorm_mish, linear_gelu, mlp) with
+#   fused_before  the fused-op experiments (layernorm, layernorm_bwd, groupnorm_mish, linear_gelu, mlp) with
 #             the kernels/ and experiments/ trees of BEFORE_TGZ (`git archive REV kernels
 #             experiments | gzip`, carried in .devcarry) swapped in; both restored afterwards
-#   fused     the same experiments with the current kernels (plus layernorm): each run's since
+#   fused     the same experiments with the current kernels: each run's since
 #             block pairs it with its fused_before run
 #   fatma     experiments/flash_tma.yaml: triton_flash vs triton_flash_tma vs SDPA flash, cuDNN
 #   hprof     flash.yaml at N=4096 with --profile-harness and empty Triton/Inductor caches (as a
@@ -92,7 +92,7 @@ PY
       [ -f "${BEFORE_TGZ:-}" ] || { echo "fused_before: BEFORE_TGZ not set or missing" >> "$out/steps.txt"; continue; }
       rm -rf "$out/now" && mkdir -p "$out/now" && cp -r kernels experiments "$out/now/"
       rm -rf kernels experiments && tar xzf "$BEFORE_TGZ"
-      for e in layernorm_bwd groupnorm_mish linear_gelu mlp; do
+      for e in layernorm layernorm_bwd groupnorm_mish linear_gelu mlp; do
         run "before_$e" 150 "experiments/$e.yaml" > /dev/null
       done
       rm -rf kernels experiments && cp -r "$out/now/kernels" "$out/now/experiments" . ;;

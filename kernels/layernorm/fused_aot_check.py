@@ -85,10 +85,16 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
         for has_res, kname in ((False, "layernorm"), (True, "add_layernorm")):
             if not want(kname):
                 continue
-            for rows, warps in pick(tln.configs(M, N, item)):
-                yield build(tln._ln_fwd_rows, kname, f"N={N} ROWS={rows} w{warps}", ln_args,
-                            {"HAS_RES": has_res, "STORE_STATS": False, "ROWS": rows,
-                             "BLOCK_N": triton.next_power_of_2(N)}, warps, aligned=strides)
+            for rows, warps, per_sm, stages in pick(tln.configs(M, N, item, has_res=has_res)):
+                consts = {"HAS_RES": has_res, "STORE_STATS": False, "ROWS": rows,
+                          "BLOCK_N": triton.next_power_of_2(N)}
+                if per_sm:  # the persistent kernel; per_sm is launch-only
+                    yield build(tln._ln_fwd_persistent, kname,
+                                f"N={N} ROWS={rows} w{warps} persistent STAGES={stages}",
+                                ln_args, {**consts, "STAGES": stages}, warps, aligned=strides)
+                else:
+                    yield build(tln._ln_fwd_rows, kname, f"N={N} ROWS={rows} w{warps}",
+                                ln_args, consts, warps, aligned=strides)
         if want("layernorm_bwd"):
             builds_of = {c[1:]: c for c in tlb.configs(M, N, item)}  # per_sm: launch-only
             for _, rows, warps, stages in pick(builds_of.values()):

@@ -4,15 +4,19 @@ residual add (used by kernels/add_layernorm).
     h = x (+ residual)                 # optional: written out once, for the next residual branch
     y = (h - mean(h)) * rstd(h) * w + b,   rstd = 1 / sqrt(var(h) + eps)
 
-Rows up to MAX_FUSED elements: each program normalises ROWS rows held entirely in registers
+Rows up to MAX_FUSED elements: a program normalises ROWS rows held entirely in registers
 (a [ROWS, BLOCK_N] tile) — one read and one write of every element, the minimum traffic. ROWS > 1
 packs several short rows into one program so each still moves enough bytes. The statistics are
 exact two-pass ones (mean, then the mean of squared deviations) computed from registers in fp32.
+Either one program per row tile (`_ln_fwd_rows`, per_sm = 0), or `per_sm` programs per SM
+walking the tiles (`_ln_fwd_persistent`) with the walk software-pipelined STAGES deep: on an
+H200 the one-tile programs reached 74-85 % of copy bandwidth, long_scoreboard their top stall;
+a persistent program has its next tiles' loads in flight while it reduces and stores one.
 
 Longer rows: one program per row streams the row in BLOCK_N chunks twice (shifted sums, then
 normalise); the second read mostly hits L2 because the row was just read by the same program.
 
-(ROWS, BLOCK_N-split, num_warps) are picked by the Tuner per shape.
+(ROWS, num_warps, per_sm, STAGES) are picked by the Tuner per shape.
 """
 from __future__ import annotations
 
@@ -20,24 +24,29 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._common import Tuner
+from kernels._common import Rule, Tuner
 
 MAX_FUSED = 16384  # longest row kept in registers by the one-pass kernel
 LOOP_BLOCK = 4096  # chunk length of the long-row kernel
 EPS = 1e-5
 
-# candidates per shape (configs()); any power-of-two ROWS and num_warps launch
-_tuner = Tuner("layernorm_fwd", ("ROWS", "num_warps"),
-               values={"ROWS": (1, 2, 4, 8, 16), "num_warps": (1, 2, 4, 8, 16)})
+# candidates per shape (configs()); any power-of-two ROWS and num_warps launch; per_sm 0 is
+# one program per row tile (then STAGES is 1), else programs per SM of the persistent kernel
+_tuner = Tuner("layernorm_fwd", ("ROWS", "num_warps", "per_sm", "STAGES"),
+               values={"ROWS": (1, 2, 4, 8, 16), "num_warps": (1, 2, 4, 8, 16),
+                       "per_sm": (0, 1, 2, 4, 8), "STAGES": (1, 2, 3, 4)},
+               rules=[Rule(("per_sm", "STAGES"), lambda p, s: p > 0 or s == 1,
+                           "STAGES > 1 needs per_sm > 0 (a persistent program)")])
+# persistent candidates added for the best (ROWS, num_warps): (per_sm, STAGES)
+PERSISTENT = ((2, 3), (4, 2), (1, 4))
+SMEM_BUDGET = 160 * 1024  # bytes per SM for the pipelined tiles (sm_90 has 228 KiB)
 
 
 @triton.jit
-def _ln_fwd_rows(x_ptr, r_ptr, h_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr,
-                 M, N, x_stride, r_stride, h_stride, y_stride, eps,
-                 HAS_RES: tl.constexpr, STORE_STATS: tl.constexpr,
-                 ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    cols = tl.arange(0, BLOCK_N)
+def _ln_tile(x_ptr, r_ptr, h_ptr, y_ptr, mean_ptr, rstd_ptr, rows, cols, w, b,
+             M, N, x_stride, r_stride, h_stride, y_stride, eps,
+             HAS_RES: tl.constexpr, STORE_STATS: tl.constexpr):
+    """Normalise the rows `rows` (a [ROWS] vector) held in registers; w, b: fp32 [BLOCK_N]."""
     row_ok = rows < M
     col_ok = cols < N
     mask = row_ok[:, None] & col_ok[None, :]
@@ -54,9 +63,6 @@ def _ln_fwd_rows(x_ptr, r_ptr, h_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr,
     d = tl.where(mask, x - mean[:, None], 0.0)
     var = tl.sum(d * d, axis=1) / N
     rstd = 1.0 / tl.sqrt(var + eps)
-    # read N of w and N of b (once per program; L2-resident across programs)
-    w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-    b = tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
     y = d * rstd[:, None] * w[None, :] + b[None, :]
     # write ROWS x N of y
     tl.store(y_ptr + r64 * y_stride + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
@@ -64,6 +70,40 @@ def _ln_fwd_rows(x_ptr, r_ptr, h_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr,
         # write ROWS floats of mean and of rstd (for the backward)
         tl.store(mean_ptr + rows, mean, mask=row_ok)
         tl.store(rstd_ptr + rows, rstd, mask=row_ok)
+
+
+@triton.jit
+def _ln_fwd_rows(x_ptr, r_ptr, h_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr,
+                 M, N, x_stride, r_stride, h_stride, y_stride, eps,
+                 HAS_RES: tl.constexpr, STORE_STATS: tl.constexpr,
+                 ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One program per ROWS rows."""
+    cols = tl.arange(0, BLOCK_N)
+    # read N of w and N of b (once per program; L2-resident across programs)
+    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+    _ln_tile(x_ptr, r_ptr, h_ptr, y_ptr, mean_ptr, rstd_ptr,
+             tl.program_id(0) * ROWS + tl.arange(0, ROWS), cols, w, b, M, N, x_stride,
+             r_stride, h_stride, y_stride, eps, HAS_RES, STORE_STATS)
+
+
+@triton.jit
+def _ln_fwd_persistent(x_ptr, r_ptr, h_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr,
+                       M, N, x_stride, r_stride, h_stride, y_stride, eps,
+                       HAS_RES: tl.constexpr, STORE_STATS: tl.constexpr,
+                       ROWS: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
+    """A few programs per SM, each walking row tiles pid, pid + programs, ...; the walk is
+    software-pipelined STAGES deep (the next tiles' rows copied into shared memory while this
+    one is reduced and stored)."""
+    cols = tl.arange(0, BLOCK_N)
+    # read N of w and N of b (once per program)
+    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+    for tile in tl.range(tl.program_id(0), tl.cdiv(M, ROWS), tl.num_programs(0),
+                         num_stages=STAGES):
+        _ln_tile(x_ptr, r_ptr, h_ptr, y_ptr, mean_ptr, rstd_ptr,
+                 tile * ROWS + tl.arange(0, ROWS), cols, w, b, M, N, x_stride, r_stride,
+                 h_stride, y_stride, eps, HAS_RES, STORE_STATS)
 
 
 @triton.jit
@@ -116,12 +156,16 @@ def _ln_fwd_looped(x_ptr, r_ptr, h_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr,
         tl.store(rstd_ptr + row, rstd)
 
 
-def configs(M: int, N: int, itemsize: int, limit: int = 6) -> list[tuple[int, int]]:
-    """(ROWS, num_warps) candidates for the one-pass kernel, best guess first (the interpreter
-    uses the first untimed).
+def configs(M: int, N: int, itemsize: int, limit: int = 6,
+            has_res: bool = False) -> list[tuple[int, int, int, int]]:
+    """(ROWS, num_warps, per_sm, STAGES) candidates, best guess first (the interpreter uses
+    the first untimed).
 
-    Kept: programs of 2-32 KiB (ROWS = 1 always allowed) and 1-4 16-byte vectors per thread;
-    ranked by closeness to 16 KiB per program and 32 bytes per thread; at most `limit`.
+    One program per row tile (per_sm 0): programs of 2-32 KiB (ROWS = 1 always allowed) and
+    1-4 16-byte vectors per thread, ranked by closeness to 16 KiB per program and 32 bytes per
+    thread, at most `limit`; then the best of them as a persistent kernel with PERSISTENT's
+    (per_sm, STAGES) where its pipelined tiles (STAGES - 1 buffers of x, and of the residual)
+    fit SMEM_BUDGET per SM.
     """
     block = triton.next_power_of_2(N)
     out = []
@@ -140,17 +184,31 @@ def configs(M: int, N: int, itemsize: int, limit: int = 6) -> list[tuple[int, in
         prog = rows * block * itemsize
         return abs(prog - 16384) / 16384 + abs(prog / (32 * warps) - 32) / 32
 
-    return sorted(out, key=score)[:limit]
+    best = sorted(out, key=score)[:limit]
+    rows, warps = best[0]
+    tile_bytes = rows * block * itemsize * (2 if has_res else 1)
+    persistent = [(rows, warps, per_sm, stages) for per_sm, stages in PERSISTENT
+                  if per_sm * (stages - 1) * tile_bytes <= SMEM_BUDGET]
+    return [(r, w, 0, 1) for r, w in best] + persistent
+
+
+def sm_count(device: torch.device) -> int:
+    """SMs of a CUDA device; in the interpreter a few, so a persistent walk has several
+    tiles per program."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 4
 
 
 def layernorm_fwd(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, *,
                   residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
                   h_out: torch.Tensor | None = None, stats: bool = False, eps: float = EPS,
-                  config: tuple[int, int] | None = None):
+                  config: tuple[int, int, int, int] | None = None):
     """LayerNorm of x (M, N) (plus `residual` (M, N) when given) with w, b (N,).
 
     Returns y (M, N); with `residual`, (h, y) where h = x + residual (M, N); with `stats`, the
-    fp32 mean and rstd (M,) are appended. `config` forces (ROWS, num_warps) of the one-pass kernel.
+    fp32 mean and rstd (M,) are appended. `config` forces (ROWS, num_warps, per_sm, STAGES) of
+    the one-pass kernels.
     """
     if x.dim() != 2:
         raise ValueError(f"layernorm expects a 2-D input (M, N), got {tuple(x.shape)}")
@@ -180,15 +238,24 @@ def layernorm_fwd(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, *,
             block = triton.next_power_of_2(N)
 
             def launch(cfg):
-                rows, warps = cfg
-                _ln_fwd_rows[(triton.cdiv(M, rows),)](
-                    x, r, h, y, w, b, mean, rstd, M, N, x.stride(0), r.stride(0), h.stride(0),
-                    y.stride(0), eps, HAS_RES=has_res, STORE_STATS=stats, ROWS=rows,
-                    BLOCK_N=block, num_warps=warps)
+                rows, warps, per_sm, stages = cfg
+                args = (x, r, h, y, w, b, mean, rstd, M, N, x.stride(0), r.stride(0),
+                        h.stride(0), y.stride(0), eps)
+                if per_sm == 0:
+                    if stages != 1:
+                        raise ValueError(f"config {cfg}: STAGES > 1 needs per_sm > 0")
+                    _ln_fwd_rows[(triton.cdiv(M, rows),)](
+                        *args, HAS_RES=has_res, STORE_STATS=stats, ROWS=rows, BLOCK_N=block,
+                        num_warps=warps)
+                else:
+                    grid = min(sm_count(x.device) * per_sm, triton.cdiv(M, rows))
+                    _ln_fwd_persistent[(grid,)](
+                        *args, HAS_RES=has_res, STORE_STATS=stats, ROWS=rows, BLOCK_N=block,
+                        STAGES=stages, num_warps=warps)
 
             if config is None:
                 config = _tuner.pick(("rows", M, N, x.dtype, has_res, stats),
-                                     configs(M, N, x.element_size()), launch)
+                                     configs(M, N, x.element_size(), has_res=has_res), launch)
             launch(config)
         else:
             _ln_fwd_looped[(M,)](x, r, h, y, w, b, mean, rstd, N, x.stride(0), r.stride(0),

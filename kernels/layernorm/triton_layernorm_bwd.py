@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from kernels._common import Tuner
-from kernels.layernorm.triton_layernorm import EPS, layernorm_fwd
+from kernels.layernorm.triton_layernorm import EPS, layernorm_fwd, sm_count
 
 MAX_BWD = 16384  # longest row the backward keeps in registers
 # candidates per shape (configs()): (programs per SM, ROWS, num_warps, STAGES)
@@ -94,12 +94,6 @@ def _ln_bwd_colsum(dwp_ptr, dbp_ptr, dw_ptr, db_ptr, P, N,
     tl.store(db_ptr + cols, tl.sum(db, axis=0).to(db_ptr.dtype.element_ty), mask=col_ok)
 
 
-def _sm_count(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return 4  # interpreter: a few programs, so that the partial reduction is exercised
-
-
 # (programs per SM, STAGES) tried with the best (ROWS, warps), then with the second best:
 # unpipelined, and 2-3 stages (x and dy of the next rows in shared memory while one reduces)
 PER_SM_STAGES = (((2, 1), (1, 1), (4, 1), (1, 3), (2, 2), (2, 3)),
@@ -154,7 +148,7 @@ def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, mean: torc
     dw = torch.empty_like(w)
     db = torch.empty_like(w)
     block = triton.next_power_of_2(N)
-    sms = _sm_count(x.device)
+    sms = sm_count(x.device)  # in the interpreter a few: the partial reduction is exercised
     parts = {}
 
     def launch(cfg):

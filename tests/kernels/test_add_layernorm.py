@@ -21,7 +21,7 @@ def test_triton(M, N, dtype):
     assert res.correct, res.error
 
 
-@pytest.mark.parametrize("config", [(2, 4), (4, 1)])
+@pytest.mark.parametrize("config", [(2, 4, 0, 1), (4, 1, 0, 1), (2, 4, 1, 3)])
 def test_rows_per_program(config):
     def fn(x, r, w, b, out=None):
         return tln.layernorm_fwd(x, w, b, residual=r, out=out[1], h_out=out[0], config=config)

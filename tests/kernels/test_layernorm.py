@@ -29,9 +29,11 @@ def test_forward(M, N, dtype):
     assert res.correct, res.error
 
 
-@pytest.mark.parametrize("config", [(1, 1), (2, 4), (4, 1), (8, 2)])
+@pytest.mark.parametrize("config", [(1, 1, 0, 1), (2, 4, 0, 1), (4, 1, 0, 1), (8, 2, 0, 1),
+                                    (1, 4, 1, 3), (2, 4, 2, 2), (4, 1, 1, 4)])
 def test_forward_rows_per_program(config):
-    # M = 10 is not a multiple of ROWS: the last program has masked rows
+    # M = 10 is not a multiple of ROWS: the last tile has masked rows; per_sm > 0: the
+    # persistent kernel, 4 "SMs" in the interpreter, so a program walks several tiles
     impl = _impl(lambda x, w, b, out=None: tln.layernorm_fwd(x, w, b, out=out, config=config))
     res = check(OP, impl, _p(10, 300), "float16", "cpu")
     assert res.correct, res.error
@@ -40,9 +42,19 @@ def test_forward_rows_per_program(config):
 def test_forward_configs_are_sane():
     for M, N, item in [(16384, 1024, 2), (8192, 5120, 2), (4096, 16384, 4), (1, 3, 2)]:
         cands = tln.configs(M, N, item)
-        assert cands and len(set(cands)) == len(cands)
-        for rows, warps in cands:
+        assert cands and len(set(cands)) == len(cands) and cands[0][2:] == (0, 1)
+        for rows, warps, per_sm, stages in cands:
             assert rows <= max(1, M) and warps in (1, 2, 4, 8, 16)
+            assert (per_sm == 0) == (stages == 1) or per_sm > 0
+            block = 1 << (N - 1).bit_length()
+            assert per_sm * (stages - 1) * rows * block * item <= tln.SMEM_BUDGET
+    # the benchmark shapes get persistent candidates; 64 KiB fp32 row tiles do not fit
+    assert any(c[2] > 0 for c in tln.configs(16384, 1024, 2))
+    assert any(c[2] > 0 for c in tln.configs(8192, 4096, 2))
+    assert not any(c[2] > 0 for c in tln.configs(4096, 16384, 4))
+    with pytest.raises(ValueError, match="STAGES > 1 needs per_sm > 0"):
+        x = torch.zeros(4, 8)
+        tln.layernorm_fwd(x, torch.ones(8), torch.zeros(8), config=(1, 1, 0, 2))
 
 
 @pytest.mark.parametrize("N", [100, 129])
