@@ -27,6 +27,7 @@ class Cost:
     wgmma: int  # wgmma.mma_async instructions in the PTX
     vec16: int  # 128-bit global loads/stores in the PTX
     cp_async: int = 0  # cp.async global -> shared copies in the PTX (a pipelined loop's loads)
+    tma: int = 0  # cp.async.bulk.tensor copies in the PTX (TMA loads and stores)
 
 
 def _resources(cubin: bytes) -> tuple[int, int]:
@@ -56,4 +57,5 @@ def compile_cost(fn, signature: dict, consts: dict, aligned, warps: int, stages:
     ptx = k.asm["ptx"]
     return Cost(regs, stack, int(k.metadata.shared), ptx.count("wgmma.mma_async"),
                 len(re.findall(r"(?:ld|st)\.global[^\n]*\.v4\.b32", ptx)),
-                len(re.findall(r"cp\.async\.c[ag]\.shared", ptx)))
+                len(re.findall(r"cp\.async\.c[ag]\.shared", ptx)),
+                ptx.count("cp.async.bulk.tensor"))

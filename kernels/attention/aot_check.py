@@ -30,11 +30,12 @@ class Build:
     stack: int
     smem_bytes: int
     wgmma: int
+    tma: int  # cp.async.bulk.tensor copies in the PTX (TMA loads and stores)
 
     def line(self) -> str:
         return (f"{self.kernel:10s} D={self.D:<3d} causal={str(self.causal):5s} {str(self.config):18s}"
                 f" regs {self.regs:3d}  spill stack {self.stack:4d} B  smem "
-                f"{self.smem_bytes / 1024:6.1f} KiB  wgmma {self.wgmma}")
+                f"{self.smem_bytes / 1024:6.1f} KiB  wgmma {self.wgmma}  tma {self.tma}")
 
 
 def build(fn, name: str, pointers: dict[str, str], scalars: dict[str, str], consts: dict,
@@ -44,7 +45,7 @@ def build(fn, name: str, pointers: dict[str, str], scalars: dict[str, str], cons
     signature = {**pointers, **scalars, **{k: "constexpr" for k in consts}}
     c = compile_cost(fn, signature, consts, [*pointers, "n_ctx"], config[2], config[3],
                      capability)
-    return Build(name, D, causal, tuple(config), c.regs, c.stack, c.smem_bytes, c.wgmma)
+    return Build(name, D, causal, tuple(config), c.regs, c.stack, c.smem_bytes, c.wgmma, c.tma)
 
 
 def builds(quick: bool, dtype: str = "fp16", dims=(64, 128)):

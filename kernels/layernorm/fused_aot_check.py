@@ -35,11 +35,13 @@ class Build:
     wgmma: int
     vec16: int  # 128-bit global loads/stores in the PTX
     cp_async: int  # global -> shared copies (a software-pipelined loop's loads)
+    tma: int  # cp.async.bulk.tensor copies (TMA loads and stores)
 
     def line(self) -> str:
         return (f"{self.kernel:14s} {self.config:34s} regs {self.regs:3d}  spill stack "
                 f"{self.stack:4d} B  smem {self.smem_bytes / 1024:6.1f} KiB  wgmma "
-                f"{self.wgmma:3d}  v4 ld/st {self.vec16:2d}  cp.async {self.cp_async}")
+                f"{self.wgmma:3d}  v4 ld/st {self.vec16:2d}  cp.async {self.cp_async}  "
+                f"tma {self.tma}")
 
 
 def build(fn, name: str, label: str, args: dict, consts: dict, warps: int, stages: int = 1,
@@ -50,7 +52,8 @@ def build(fn, name: str, label: str, args: dict, consts: dict, warps: int, stage
     signature = {a: args.get(a, "constexpr") for a in fn.arg_names}
     div16 = [a for a, t in args.items() if t.startswith("*")] + list(aligned)
     c = compile_cost(fn, signature, consts, div16, warps, stages)
-    return Build(name, label, c.regs, c.stack, c.smem_bytes, c.wgmma, c.vec16, c.cp_async)
+    return Build(name, label, c.regs, c.stack, c.smem_bytes, c.wgmma, c.vec16, c.cp_async,
+                 c.tma)
 
 
 def builds(dtype: str, only: set[str] | None, quick: bool = False):

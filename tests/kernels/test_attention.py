@@ -292,6 +292,10 @@ def test_aot_build_for_sm90_without_spills():
                           timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "0 configuration(s) spill" in proc.stdout
+    # the TMA kernels really use TMA (cp.async.bulk.tensor), the pointer kernels never
+    for line in proc.stdout.splitlines():
+        if "regs" in line:
+            assert ("tma 0" not in line) == ("_tma" in line.split()[0]), line
 
 
 @pytest.mark.slow

@@ -86,6 +86,8 @@ def test_kernels_build_for_sm90():
                           "matmul_tma", "mlp_fused", "groupnorm_mish"}
     for mma in ("matmul", "matmul_tma", "mlp_fused"):
         assert "wgmma   0" not in lines[mma], lines[mma]
+    # the TMA matmul really moves its tiles with TMA; the pointer kernel does not
+    assert "tma 0" not in lines["matmul_tma"] and lines["matmul"].endswith("tma 0")
     assert "v4 ld/st 0" not in lines["vector_add"] and "v4 ld/st 0" not in lines["layernorm"]
 
 
