@@ -142,13 +142,9 @@ def launch(a, w, bias, c, act: str, cfg: MatmulConfig) -> None:
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
 
-def matmul_bias_act(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
-                    act: str = "none", out: torch.Tensor | None = None,
-                    config: MatmulConfig | None = None) -> torch.Tensor:
-    """act(a @ w^T + bias): a (M, K), w (N, K), bias (N,) or None -> (M, N) in a's dtype.
-
-    `config` forces a MatmulConfig instead of the tuned one (benchmarks, tests).
-    """
+def check_operands(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
+                   act: str) -> tuple[int, int, int]:
+    """(M, N, K) of c = act(a @ w^T + bias), or ValueError naming what does not fit."""
     if act not in ACTIVATIONS:
         raise ValueError(f"act must be one of {', '.join(ACTIVATIONS)}, got {act!r}")
     if a.dim() != 2 or w.dim() != 2 or a.shape[1] != w.shape[1]:
@@ -160,6 +156,17 @@ def matmul_bias_act(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None 
     N = w.shape[0]
     if bias is not None and bias.shape != (N,):
         raise ValueError(f"bias must have shape ({N},), got {tuple(bias.shape)}")
+    return M, N, K
+
+
+def matmul_bias_act(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
+                    act: str = "none", out: torch.Tensor | None = None,
+                    config: MatmulConfig | None = None) -> torch.Tensor:
+    """act(a @ w^T + bias): a (M, K), w (N, K), bias (N,) or None -> (M, N) in a's dtype.
+
+    `config` forces a MatmulConfig instead of the tuned one (benchmarks, tests).
+    """
+    M, N, K = check_operands(a, w, bias, act)
     c = torch.empty((M, N), device=a.device, dtype=a.dtype) if out is None else out
     if M == 0 or N == 0:
         return c

@@ -35,7 +35,8 @@ import triton
 import triton.language as tl
 
 from kernels._common import Tuner, interpreted
-from kernels.linear_gelu.triton_matmul import ACTIVATIONS, dot_needs_f32, gelu_erf, gelu_tanh
+from kernels.linear_gelu.triton_matmul import (ACTIVATIONS, check_operands, dot_needs_f32,
+                                               gelu_erf, gelu_tanh)
 
 try:  # host-side tensor descriptors: triton >= 3.4
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -199,20 +200,10 @@ def matmul_bias_act_tma(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | N
                         config: TmaConfig | None = None) -> torch.Tensor:
     """act(a @ w^T + bias) through TMA: a (M, K), w (N, K), bias (N,) or None -> (M, N) in a's
     dtype. `config` forces a TmaConfig instead of the tuned one."""
-    if act not in ACTIVATIONS:
-        raise ValueError(f"act must be one of {', '.join(ACTIVATIONS)}, got {act!r}")
-    if a.dim() != 2 or w.dim() != 2 or a.shape[1] != w.shape[1]:
-        raise ValueError(f"expected a (M, K) and w (N, K), got {tuple(a.shape)} and "
-                         f"{tuple(w.shape)}")
-    if a.dtype != w.dtype:
-        raise ValueError(f"a and w must share a dtype, got {a.dtype} and {w.dtype}")
-    M, K = a.shape
-    N = w.shape[0]
+    M, N, K = check_operands(a, w, bias, act)
     why = tma_unsupported({"K": K, "N": N}, a.dtype)
     if why:
         raise ValueError(why)
-    if bias is not None and bias.shape != (N,):
-        raise ValueError(f"bias must have shape ({N},), got {tuple(bias.shape)}")
     if a.dtype not in TL_DTYPES:
         raise ValueError(f"dtype must be one of float16, bfloat16, float32, got {a.dtype}")
     a, w = a.contiguous(), w.contiguous()
