@@ -1,10 +1,27 @@
 """Helpers shared by the kernel packages: interpreter detection and the launch-config Tuner
-(both from kernels/_tuner.py), and torch.compile with a roomy recompile cache."""
+(both from kernels/_tuner.py), torch.compile with a roomy recompile cache, the SM count a
+persistent kernel sizes its grid by, and Triton's host-side TensorDescriptor (None before
+triton 3.4: the TMA impls then say they are unavailable)."""
 from __future__ import annotations
 
 from typing import Callable
 
 from kernels._tuner import Rule, Tuner, interpreted  # noqa: F401  (re-exported)
+
+try:  # host-side tensor descriptors (TMA): triton >= 3.4
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover
+    TensorDescriptor = None
+
+
+def sm_count(device, cpu_programs: int = 4) -> int:
+    """SMs of a CUDA device; off the GPU (the interpreter) `cpu_programs`, so that a
+    persistent walk still gives each program several tiles."""
+    if device.type == "cuda":
+        import torch
+
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return cpu_programs
 
 
 def interpreter_bf16(dtype) -> bool:

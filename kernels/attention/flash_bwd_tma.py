@@ -21,16 +21,12 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._common import Rule, Tuner, interpreted
+from kernels._common import Rule, TensorDescriptor, Tuner, interpreted
 from kernels.attention.flash_bwd import (DKDV_CONFIGS, DQ_CONFIGS, INTERPRETER_DKDV,
                                          INTERPRETER_DQ, PRE_BLOCK, SMALL_D_DKDV, SMALL_D_DQ,
                                          _bwd_preprocess)
 from kernels.attention.flash_fwd import FIELDS, LOG2E, _cast, _mma, interp_bf16_flag
 
-try:  # host-side tensor descriptors: triton >= 3.4
-    from triton.tools.tensor_descriptor import TensorDescriptor
-except ImportError:  # pragma: no cover - older triton: the impl reports itself unavailable
-    TensorDescriptor = None
 
 _VALUES = {"BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (16, 32, 64, 128), "num_warps": (2, 4, 8),
            "num_stages": range(1, 6)}

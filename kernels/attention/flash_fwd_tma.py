@@ -25,13 +25,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._common import Rule, Tuner, interpreted
+from kernels._common import Rule, TensorDescriptor, Tuner, interpreted
 from kernels.attention.flash_fwd import LOG2E, _cast, _mma, check_inputs, interp_bf16_flag
 
-try:  # host-side tensor descriptors: triton >= 3.4
-    from triton.tools.tensor_descriptor import TensorDescriptor
-except ImportError:  # pragma: no cover - older triton: the impl reports itself unavailable
-    TensorDescriptor = None
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages); BLOCK_M % BLOCK_N == 0 (whole key tiles in the
 # causal band). python -m kernels.attention.aot_check builds them for sm_90 (no spills).

@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._common import Rule, Tuner
+from kernels._common import Rule, Tuner, sm_count
 
 MAX_FUSED = 16384  # longest row kept in registers by the one-pass kernel
 LOOP_BLOCK = 4096  # chunk length of the long-row kernel
@@ -190,14 +190,6 @@ def configs(M: int, N: int, itemsize: int, limit: int = 6,
     persistent = [(rows, warps, per_sm, stages) for per_sm, stages in PERSISTENT
                   if per_sm * (stages - 1) * tile_bytes <= SMEM_BUDGET]
     return [(r, w, 0, 1) for r, w in best] + persistent
-
-
-def sm_count(device: torch.device) -> int:
-    """SMs of a CUDA device; in the interpreter a few, so a persistent walk has several
-    tiles per program."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return 4
 
 
 def layernorm_fwd(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, *,

@@ -25,8 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._common import Tuner
-from kernels.layernorm.triton_layernorm import EPS, layernorm_fwd, sm_count
+from kernels._common import Tuner, sm_count
+from kernels.layernorm.triton_layernorm import EPS, layernorm_fwd
 
 MAX_BWD = 16384  # longest row the backward keeps in registers
 # candidates per shape (configs()): (programs per SM, ROWS, num_warps, STAGES)

@@ -34,14 +34,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._common import Tuner, interpreted
+from kernels._common import TensorDescriptor, Tuner, interpreted, sm_count
 from kernels.linear_gelu.triton_matmul import (ACTIVATIONS, check_operands, dot_needs_f32,
                                                gelu_erf, gelu_tanh)
-
-try:  # host-side tensor descriptors: triton >= 3.4
-    from triton.tools.tensor_descriptor import TensorDescriptor
-except ImportError:  # pragma: no cover - older triton: the impl reports itself unavailable
-    TensorDescriptor = None
 
 
 TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
@@ -170,12 +165,6 @@ def configs() -> tuple[TmaConfig, ...]:
     return (INTERPRETER_CONFIG,) if interpreted() else CONFIGS
 
 
-def num_sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return INTERPRETER_SMS
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def launch(a, w, bias, c, act: str, cfg: TmaConfig, sms: int) -> None:
     """One launch: c (M, N) = act(a (M, K) @ w (N, K)^T + bias (N,) or no bias)."""
     M, K = a.shape
@@ -212,7 +201,7 @@ def matmul_bias_act_tma(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | N
         return c
     if K == 0:
         raise ValueError("K must be positive")
-    sms = num_sms(a.device)
+    sms = sm_count(a.device, INTERPRETER_SMS)
     if config is None:
         key = (M, N, K, a.dtype, act, bias is not None)
         config = _tuner.pick(key, configs(), lambda cfg: launch(a, w, bias, c, act, cfg, sms))
