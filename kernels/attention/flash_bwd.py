@@ -56,19 +56,27 @@ INTERPRETER_DKDV = (16, 32, 4, 1)
 INTERPRETER_DQ = (32, 16, 4, 1)
 PRE_BLOCK = 64
 
-# one Tuner per kernel; their fields are BLOCK_M1/BLOCK_N1 (dK/dV) and BLOCK_M2/BLOCK_N2 (dQ)
 _VALUES = {"BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (16, 32, 64, 128), "num_warps": (2, 4, 8),
            "num_stages": range(1, 6)}
-_dkdv_tuner = Tuner("attention.flash_bwd.dkdv", FIELDS,
-                    configs=[*DKDV_CONFIGS[128], *DKDV_CONFIGS[64], *SMALL_D_DKDV,
-                             INTERPRETER_DKDV], values=_VALUES,
-                    rules=[Rule(("BLOCK_M", "BLOCK_N"), lambda m, n: n % m == 0,
-                                "BLOCK_N % BLOCK_M == 0")])
-_dq_tuner = Tuner("attention.flash_bwd.dq", FIELDS,
-                  configs=[*DQ_CONFIGS[128], *DQ_CONFIGS[64], *SMALL_D_DQ, INTERPRETER_DQ],
-                  values=_VALUES,
-                  rules=[Rule(("BLOCK_M", "BLOCK_N"), lambda m, n: m % n == 0,
-                              "BLOCK_M % BLOCK_N == 0")])
+
+
+def bwd_tuners(prefix: str) -> tuple[Tuner, Tuner]:
+    """The dK/dV and dQ Tuners (`<prefix>.dkdv`, `<prefix>.dq`): fields BLOCK_M/BLOCK_N stand
+    for BLOCK_M1/BLOCK_N1 (dK/dV) and BLOCK_M2/BLOCK_N2 (dQ)."""
+    dkdv = Tuner(f"{prefix}.dkdv", FIELDS,
+                 configs=[*DKDV_CONFIGS[128], *DKDV_CONFIGS[64], *SMALL_D_DKDV, INTERPRETER_DKDV],
+                 values=_VALUES,
+                 rules=[Rule(("BLOCK_M", "BLOCK_N"), lambda m, n: n % m == 0,
+                             "BLOCK_N % BLOCK_M == 0")])
+    dq = Tuner(f"{prefix}.dq", FIELDS,
+               configs=[*DQ_CONFIGS[128], *DQ_CONFIGS[64], *SMALL_D_DQ, INTERPRETER_DQ],
+               values=_VALUES,
+               rules=[Rule(("BLOCK_M", "BLOCK_N"), lambda m, n: m % n == 0,
+                           "BLOCK_M % BLOCK_N == 0")])
+    return dkdv, dq
+
+
+_dkdv_tuner, _dq_tuner = bwd_tuners("attention.flash_bwd")
 
 
 @triton.jit

@@ -21,25 +21,14 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._common import Rule, TensorDescriptor, Tuner, interpreted
+from kernels._common import TensorDescriptor, interpreted
 from kernels.attention.flash_bwd import (DKDV_CONFIGS, DQ_CONFIGS, INTERPRETER_DKDV,
                                          INTERPRETER_DQ, PRE_BLOCK, SMALL_D_DKDV, SMALL_D_DQ,
-                                         _bwd_preprocess)
-from kernels.attention.flash_fwd import FIELDS, LOG2E, _cast, _mma, interp_bf16_flag
+                                         _bwd_preprocess, bwd_tuners)
+from kernels.attention.flash_fwd import LOG2E, _cast, _mma, interp_bf16_flag
 
 
-_VALUES = {"BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (16, 32, 64, 128), "num_warps": (2, 4, 8),
-           "num_stages": range(1, 6)}
-_dkdv_tuner = Tuner("attention.flash_bwd_tma.dkdv", FIELDS,
-                    configs=[*DKDV_CONFIGS[128], *DKDV_CONFIGS[64], *SMALL_D_DKDV,
-                             INTERPRETER_DKDV], values=_VALUES,
-                    rules=[Rule(("BLOCK_M", "BLOCK_N"), lambda m, n: n % m == 0,
-                                "BLOCK_N % BLOCK_M == 0")])
-_dq_tuner = Tuner("attention.flash_bwd_tma.dq", FIELDS,
-                  configs=[*DQ_CONFIGS[128], *DQ_CONFIGS[64], *SMALL_D_DQ, INTERPRETER_DQ],
-                  values=_VALUES,
-                  rules=[Rule(("BLOCK_M", "BLOCK_N"), lambda m, n: m % n == 0,
-                              "BLOCK_M % BLOCK_N == 0")])
+_dkdv_tuner, _dq_tuner = bwd_tuners("attention.flash_bwd_tma")
 
 
 @triton.jit
