@@ -12,19 +12,29 @@ from kernels.attention.flash_bwd import flash_backward
 from kernels.attention.flash_fwd import flash_forward
 
 
-class FlashAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, causal: bool):
-        o, lse = flash_forward(q, k, v, causal)
-        ctx.save_for_backward(q, k, v, o, lse)
-        ctx.causal = causal
-        return o
+def attention_function(forward, backward, name: str) -> type[torch.autograd.Function]:
+    """A torch.autograd.Function pairing `forward(q, k, v, causal) -> (o, lse)` with
+    `backward(q, k, v, o, lse, do, causal) -> (dq, dk, dv)`; it saves q, k, v, o and the LSE."""
 
-    @staticmethod
-    def backward(ctx, do):
-        q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = flash_backward(q, k, v, o, lse, do, ctx.causal)
-        return dq, dk, dv, None
+    class Fn(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, causal: bool):
+            o, lse = forward(q, k, v, causal)
+            ctx.save_for_backward(q, k, v, o, lse)
+            ctx.causal = causal
+            return o
+
+        @staticmethod
+        def backward(ctx, do):
+            q, k, v, o, lse = ctx.saved_tensors
+            dq, dk, dv = backward(q, k, v, o, lse, do, ctx.causal)
+            return dq, dk, dv, None
+
+    Fn.__name__ = Fn.__qualname__ = name
+    return Fn
+
+
+FlashAttention = attention_function(flash_forward, flash_backward, "FlashAttention")
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,

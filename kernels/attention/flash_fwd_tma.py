@@ -26,6 +26,8 @@ import triton
 import triton.language as tl
 
 from kernels._common import Rule, TensorDescriptor, Tuner, interpreted
+from kernels.attention.flash import attention_function
+from kernels.attention.flash_bwd_tma import flash_backward_tma
 from kernels.attention.flash_fwd import LOG2E, _cast, _mma, check_inputs, interp_bf16_flag
 
 
@@ -168,23 +170,8 @@ def flash_forward_tma(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal:
     return o, lse
 
 
-class FlashAttentionTMA(torch.autograd.Function):
-    """The TMA forward and the TMA backward (kernels/attention/flash_bwd_tma.py)."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, causal: bool):
-        o, lse = flash_forward_tma(q, k, v, causal)
-        ctx.save_for_backward(q, k, v, o, lse)
-        ctx.causal = causal
-        return o
-
-    @staticmethod
-    def backward(ctx, do):
-        from kernels.attention.flash_bwd_tma import flash_backward_tma
-
-        q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = flash_backward_tma(q, k, v, o, lse, do, ctx.causal)
-        return dq, dk, dv, None
+# the TMA forward and the TMA backward (kernels/attention/flash_bwd_tma.py)
+FlashAttentionTMA = attention_function(flash_forward_tma, flash_backward_tma, "FlashAttentionTMA")
 
 
 def flash_attention_tma(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
