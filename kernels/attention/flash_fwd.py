@@ -77,6 +77,23 @@ def _cast(x, dtype: tl.constexpr, INTERP_BF16: tl.constexpr):
 
 
 @triton.jit
+def _softmax_step(qk, keep, m_i, l_i, acc, qk_scale, MASKED: tl.constexpr):
+    """One online-softmax step over a [BLOCK_M, BLOCK_N] score tile qk (unscaled; entries where
+    `keep` is false, when MASKED, count as -inf): (p, acc rescaled to the new row max, the new
+    max m, the new row sum l), all in base 2."""
+    if MASKED:
+        qk = tl.where(keep, qk * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        qk = qk - m_new[:, None]
+    else:
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        qk = qk * qk_scale - m_new[:, None]
+    p = tl.exp2(qk)
+    alpha = tl.exp2(m_i - m_new)
+    return p, acc * alpha[:, None], m_new, l_i * alpha + tl.sum(p, 1)
+
+
+@triton.jit
 def _fwd_tiles(acc, m_i, l_i, q, k_base, v_base, offs_m, offs_d, n_ctx, lo, hi, qk_scale,
                BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL_MASK: tl.constexpr,
                BOUNDS: tl.constexpr, INTERP_BF16: tl.constexpr):
@@ -97,16 +114,9 @@ def _fwd_tiles(acc, m_i, l_i, q, k_base, v_base, offs_m, offs_d, n_ctx, lo, hi, 
             keep = cols[None, :] < n_ctx
             if CAUSAL_MASK:
                 keep = keep & (offs_m[:, None] >= cols[None, :])
-            qk = tl.where(keep, qk * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            qk = qk - m_new[:, None]
+            p, acc, m_new, l_i = _softmax_step(qk, keep, m_i, l_i, acc, qk_scale, True)
         else:
-            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            qk = qk * qk_scale - m_new[:, None]
-        p = tl.exp2(qk)
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
+            p, acc, m_new, l_i = _softmax_step(qk, None, m_i, l_i, acc, qk_scale, False)
         if BOUNDS:
             # read BLOCK_N x D of V
             v = tl.load(v_ptrs, mask=cols[:, None] < n_ctx, other=0.0)

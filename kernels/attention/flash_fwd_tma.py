@@ -28,7 +28,8 @@ import triton.language as tl
 from kernels._common import Rule, TensorDescriptor, Tuner, interpreted
 from kernels.attention.flash import attention_function
 from kernels.attention.flash_bwd_tma import flash_backward_tma
-from kernels.attention.flash_fwd import LOG2E, _cast, _mma, check_inputs, interp_bf16_flag
+from kernels.attention.flash_fwd import (LOG2E, _cast, _mma, _softmax_step, check_inputs,
+                                         interp_bf16_flag)
 
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages); BLOCK_M % BLOCK_N == 0 (whole key tiles in the
@@ -63,16 +64,9 @@ def _tiles_tma(acc, m_i, l_i, q, desc_k, desc_v, head_row, offs_m, lo, hi, qk_sc
         qk = _mma(q, k.T, None, INTERP_BF16)
         if CAUSAL_MASK:
             keep = offs_m[:, None] >= (start_n + offs_n)[None, :]
-            qk = tl.where(keep, qk * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            qk = qk - m_new[:, None]
+            p, acc, m_new, l_i = _softmax_step(qk, keep, m_i, l_i, acc, qk_scale, True)
         else:
-            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            qk = qk * qk_scale - m_new[:, None]
-        p = tl.exp2(qk)
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
+            p, acc, m_new, l_i = _softmax_step(qk, None, m_i, l_i, acc, qk_scale, False)
         # read BLOCK_N x D of V (TMA)
         v = desc_v.load([head_row + start_n, 0])
         acc = _mma(_cast(p, v.dtype, INTERP_BF16), v, acc, INTERP_BF16)
