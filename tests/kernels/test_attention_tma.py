@@ -9,31 +9,16 @@ import math
 import pytest
 import torch
 
-from harness.correctness import check, compare
-from harness.registry import Impl, Params, get_op
+from harness.correctness import check
+from harness.registry import Impl
 from kernels.attention import flash_fwd_tma as fft
 from kernels.attention import reference as ref
-
-OP = get_op("attention")
-LOG2E = 1.4426950408889634
-
-
-def _qkv(B, H, N, D, dtype, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(B, H, N, D, generator=g).to(dtype) for _ in range(3))
+from test_attention import LOG2E, OP, _qkv, _within_rule
+from test_attention import _params as attention_params
 
 
 def _params(**kw):
-    base = dict(B=1, H=2, N=64, D=16, causal=False, mode="fwd")
-    base.update(kw)
-    return Params(base)
-
-
-def _within_rule(out, inputs_lo, fn_lo):
-    hi = fn_lo(*(x.float() for x in inputs_lo))
-    lo = fn_lo(*inputs_lo)
-    _, reason = compare(out, hi, lo, inputs_lo[0].dtype, 2.0)
-    assert reason is None, reason
+    return attention_params(**{"N": 64, **kw})
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
