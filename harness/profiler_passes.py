@@ -16,6 +16,7 @@ from harness import env as envmod
 from harness import spec, store
 from harness.executors.process import describe_rc, stream, worker_argv, worker_env
 from harness.executors.schedule import shard_by_impl
+from harness.previous import previous_profile_s
 
 
 class ProfilerPasses:
@@ -208,8 +209,6 @@ class ProfilerPasses:
             return [(gpus[0] if gpus else None, cases, out_dir)]
         frame = store.load_cases(self.run_dir)
         impl_of = dict(zip(frame.case_id, frame.impl))
-        from harness.previous import previous_profile_s
-
         _, cost, _ = self.plan()
         seen = previous_profile_s(self.run_dir, prof_name)
         weight = {c: seen[c] if c in seen else cost.get(c, 0.0) for c in cases}

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from kernels._common import Tuner, sm_count
-from kernels.layernorm.triton_layernorm import EPS, layernorm_fwd
+from kernels.layernorm.triton_layernorm import EPS, SMEM_BUDGET, layernorm_fwd
 
 MAX_BWD = 16384  # longest row the backward keeps in registers
 # candidates per shape (configs()): (programs per SM, ROWS, num_warps, STAGES)
@@ -98,7 +98,6 @@ def _ln_bwd_colsum(dwp_ptr, dbp_ptr, dw_ptr, db_ptr, P, N,
 # unpipelined, and 2-3 stages (x and dy of the next rows in shared memory while one reduces)
 PER_SM_STAGES = (((2, 1), (1, 1), (4, 1), (1, 3), (2, 2), (2, 3)),
                  ((2, 1), (1, 1), (4, 1), (2, 3)))
-SMEM_BUDGET = 160 * 1024  # bytes per SM for the pipelined buffers (sm_90 has 228 KiB)
 
 
 def configs(M: int, N: int, itemsize: int = 2) -> list[tuple[int, int, int, int]]:
