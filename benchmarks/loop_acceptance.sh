@@ -5,7 +5,7 @@
 #   flash     experiments/flash.yaml, whole (wall time and per-pass split)
 #   flash_aa  flash.yaml again at N=4096 (all impls): an A/A pair with the first
 #   flash_again  flash.yaml again, whole: the loop's second run (warm caches) and a 280-case A/A
-#   worse     triton_flash's D=128 configs replaced by one small tile (a real code change), N=4096
+#   worse     triton_flash's D=128 configs (both forms) replaced by one small tile (a code change), N=4096
 #             D=128 only: its since-last-run block shows the slowdown and the config/code diff;
 #             the kernel file is restored afterwards
 #   softmax   experiments/softmax.yaml twice: an A/A pair
@@ -65,17 +65,18 @@ for step in ${steps//,/ }; do
     flash_again) f3=$(run flash_again 300 experiments/flash.yaml)
                  aa flash_again "${f1:-}" "${f3:-}" ;;
     worse)
-      k=kernels/attention/flash_fwd.py
-      cp "$k" "$out/flash_fwd.py.orig"
-      python3 - "$k" <<'PY'
+      ks="kernels/attention/flash_fwd.py kernels/attention/flash_fwd_tma.py"
+      for k in $ks; do cp "$k" "$out/$(basename "$k").orig"; done
+      python3 - $ks <<'PY'
 import re, sys
-p = sys.argv[1]; s = open(p).read()
-s2 = re.sub(r"128: \[\(128, 64, 8, 3\)[^\]]*\]", "128: [(64, 32, 4, 2)]", s, count=1)
-assert s2 != s, "FWD_CONFIGS[128] not found"
-open(p, "w").write(s2)
+for p in sys.argv[1:]:  # both forms' D=128 candidates (the Tuner times both where N allows TMA)
+    s = open(p).read()
+    s2 = re.sub(r"128: \[\(128, 64, 8, 3\)[^\]]*\]", "128: [(64, 32, 4, 2)]", s, count=1)
+    assert s2 != s, f"the D=128 configs of {p} not found"
+    open(p, "w").write(s2)
 PY
       run worse 90 experiments/flash.yaml --cases 'triton_flash.*N=4096.D=128*' > /dev/null
-      cp "$out/flash_fwd.py.orig" "$k" ;;
+      for k in $ks; do cp "$out/$(basename "$k").orig" "$k"; done ;;
     softmax) s1=$(run softmax_a 120 experiments/softmax.yaml)
              s2=$(run softmax_b 120 experiments/softmax.yaml)
              aa softmax_aa "${s1:-}" "${s2:-}" ;;

@@ -60,23 +60,29 @@ _VALUES = {"BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (16, 32, 64, 128), "num_warp
            "num_stages": range(1, 6)}
 
 
-def bwd_tuners(prefix: str) -> tuple[Tuner, Tuner]:
+def bwd_tuners(prefix: str, tma_field: bool = False) -> tuple[Tuner, Tuner]:
     """The dK/dV and dQ Tuners (`<prefix>.dkdv`, `<prefix>.dq`): fields BLOCK_M/BLOCK_N stand
-    for BLOCK_M1/BLOCK_N1 (dK/dV) and BLOCK_M2/BLOCK_N2 (dQ)."""
-    dkdv = Tuner(f"{prefix}.dkdv", FIELDS,
+    for BLOCK_M1/BLOCK_N1 (dK/dV) and BLOCK_M2/BLOCK_N2 (dQ); with `tma_field`, a fifth field
+    TMA picks the kernel form (0: pointer loads, this file; 1: flash_bwd_tma.py)."""
+    fields = (*FIELDS, "TMA") if tma_field else FIELDS
+    values = {**_VALUES, "TMA": (0, 1)} if tma_field else _VALUES
+    dkdv = Tuner(f"{prefix}.dkdv", fields,
                  configs=[*DKDV_CONFIGS[128], *DKDV_CONFIGS[64], *SMALL_D_DKDV, INTERPRETER_DKDV],
-                 values=_VALUES,
+                 values=values,
                  rules=[Rule(("BLOCK_M", "BLOCK_N"), lambda m, n: n % m == 0,
                              "BLOCK_N % BLOCK_M == 0")])
-    dq = Tuner(f"{prefix}.dq", FIELDS,
+    dq = Tuner(f"{prefix}.dq", fields,
                configs=[*DQ_CONFIGS[128], *DQ_CONFIGS[64], *SMALL_D_DQ, INTERPRETER_DQ],
-               values=_VALUES,
+               values=values,
                rules=[Rule(("BLOCK_M", "BLOCK_N"), lambda m, n: m % n == 0,
                            "BLOCK_M % BLOCK_N == 0")])
     return dkdv, dq
 
 
-_dkdv_tuner, _dq_tuner = bwd_tuners("attention.flash_bwd")
+# triton_flash's: pointer and TMA kernels, timed side by side where N allows TMA (on an H200
+# the TMA backward measured 1.02-1.14x the pointer one at every shape of
+# experiments/flash_bwd_tma.yaml; ragged N keeps the pointer kernels)
+_dkdv_tuner, _dq_tuner = bwd_tuners("attention.flash_bwd", tma_field=True)
 
 
 @triton.jit
@@ -250,14 +256,18 @@ def _configs(table: dict, small: list, interp, D: int) -> list:
 
 
 def flash_backward(q, k, v, o, lse, do, causal: bool,
-                   dkdv_config: tuple[int, int, int, int] | None = None,
-                   dq_config: tuple[int, int, int, int] | None = None):
+                   dkdv_config: tuple[int, ...] | None = None,
+                   dq_config: tuple[int, ...] | None = None):
     """(dq, dk, dv), each (B, H, N, D) in q's dtype.
 
     q, k, v, o, do: (B, H, N, D); lse: (B, H, N) fp32, base 2, from flash_forward.
-    Configs (BLOCK_M, BLOCK_N, num_warps, num_stages) force a launch configuration; otherwise
-    the Tuner picks each kernel's per (B, H, N, D, causal, dtype).
+    Configs (BLOCK_M, BLOCK_N, num_warps, num_stages[, TMA]) force a launch configuration
+    (TMA 0, the default: pointer loads; 1: flash_bwd_tma.py's kernel); otherwise the Tuner picks
+    each kernel's per (B, H, N, D, causal, dtype) among the pointer configs and, where N allows,
+    the TMA ones.
     """
+    from kernels.attention import flash_bwd_tma  # it imports this module
+
     q, k, v, o, do = (t.contiguous() for t in (q, k, v, o, do))
     B, H, N, D = q.shape
     sm_scale = 1.0 / math.sqrt(D)
@@ -267,26 +277,42 @@ def flash_backward(q, k, v, o, lse, do, causal: bool,
     delta = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
     _bwd_preprocess[(triton.cdiv(N, PRE_BLOCK), B * H)](o, do, delta, N, HEAD_DIM=D,
                                                         BLOCK=PRE_BLOCK, num_warps=4)
+    tma_ok = flash_bwd_tma.unsupported(N, D) is None
+    tma = (flash_bwd_tma.tma_launchers(q, k, v, do, lse, delta, dq, dk, dv, causal)
+           if tma_ok else None)
+
+    def need_tma(cfg):
+        if tma is None:
+            raise ValueError(f"config {tuple(cfg)}: TMA=1, but {flash_bwd_tma.unsupported(N, D)}")
+        return tma
 
     def launch_dkdv(cfg):
-        bm, bn, warps, stages = cfg
+        bm, bn, warps, stages, use_tma = cfg
+        if use_tma:
+            return need_tma(cfg)[0]((bm, bn, warps, stages))
         _bwd_dkdv_kernel[(triton.cdiv(N, bn), B * H)](
             q, k, v, do, lse, delta, dk, dv, N, qk_scale, sm_scale, HEAD_DIM=D, BLOCK_M1=bm,
             BLOCK_N1=bn, CAUSAL=causal, INTERP_BF16=interp_bf16, num_warps=warps, num_stages=stages)
 
     def launch_dq(cfg):
-        bm, bn, warps, stages = cfg
+        bm, bn, warps, stages, use_tma = cfg
+        if use_tma:
+            return need_tma(cfg)[1]((bm, bn, warps, stages))
         _bwd_dq_kernel[(triton.cdiv(N, bm), B * H)](
             q, k, v, do, lse, delta, dq, N, qk_scale, sm_scale, HEAD_DIM=D, BLOCK_M2=bm,
             BLOCK_N2=bn, CAUSAL=causal, INTERP_BF16=interp_bf16, num_warps=warps, num_stages=stages)
 
     key = (B, H, N, D, causal, q.dtype)
+    tma_dkdv, tma_dq = flash_bwd_tma.configs_for(D, N) if tma_ok else ([], [])
     if dkdv_config is None:
-        dkdv_config = _dkdv_tuner.pick(("dkdv", *key), _configs(DKDV_CONFIGS, SMALL_D_DKDV,
-                                                          INTERPRETER_DKDV, D), launch_dkdv)
+        cands = [(*c, 0) for c in _configs(DKDV_CONFIGS, SMALL_D_DKDV, INTERPRETER_DKDV, D)]
+        dkdv_config = _dkdv_tuner.pick(("dkdv", *key), cands + [(*c, 1) for c in tma_dkdv],
+                                       launch_dkdv)
     if dq_config is None:
-        dq_config = _dq_tuner.pick(("dq", *key), _configs(DQ_CONFIGS, SMALL_D_DQ, INTERPRETER_DQ,
-                                                      D), launch_dq)
+        cands = [(*c, 0) for c in _configs(DQ_CONFIGS, SMALL_D_DQ, INTERPRETER_DQ, D)]
+        dq_config = _dq_tuner.pick(("dq", *key), cands + [(*c, 1) for c in tma_dq], launch_dq)
+    dkdv_config, dq_config = (tuple(c) if len(c) == 5 else (*c, 0)
+                              for c in (dkdv_config, dq_config))
     if dkdv_config[1] % dkdv_config[0] or dq_config[0] % dq_config[1]:
         raise ValueError(f"need BLOCK_N1 % BLOCK_M1 == 0 and BLOCK_M2 % BLOCK_N2 == 0, got "
                          f"dK/dV {dkdv_config}, dQ {dq_config}")

@@ -162,23 +162,14 @@ def unsupported(N: int, D: int) -> str | None:
     return None
 
 
-def flash_backward_tma(q, k, v, o, lse, do, causal: bool,
-                       dkdv_config: tuple[int, int, int, int] | None = None,
-                       dq_config: tuple[int, int, int, int] | None = None):
-    """(dq, dk, dv), each (B, H, N, D) in q's dtype, as flash_backward, with TMA loads and
-    stores; N must be a multiple of the tiles (`unsupported` says why not)."""
-    q, k, v, o, do = (t.contiguous() for t in (q, k, v, o, do))
+def tma_launchers(q, k, v, do, lse, delta, dq, dk, dv, causal: bool):
+    """(launch_dkdv, launch_dq): the TMA dK/dV and dQ kernels of contiguous (B, H, N, D)
+    tensors, each taking (BLOCK_M, BLOCK_N, num_warps, num_stages); a tile that does not divide
+    N is a ValueError. flash_bwd.flash_backward uses them for its TMA=1 candidates."""
     B, H, N, D = q.shape
-    why = unsupported(N, D)
-    if why:
-        raise ValueError(why)
     sm_scale = 1.0 / math.sqrt(D)
     qk_scale = sm_scale * LOG2E
     interp_bf16 = interp_bf16_flag(q.dtype)
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    delta = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
-    _bwd_preprocess[(triton.cdiv(N, PRE_BLOCK), B * H)](o, do, delta, N, HEAD_DIM=D,
-                                                        BLOCK=PRE_BLOCK, num_warps=4)
     rows = {name: t.view(B * H * N, D) for name, t in
             (("q", q), ("k", k), ("v", v), ("do", do), ("dq", dq), ("dk", dk), ("dv", dv))}
 
@@ -188,7 +179,7 @@ def flash_backward_tma(q, k, v, o, lse, do, causal: bool,
     def launch_dkdv(cfg):
         bm, bn, warps, stages = cfg
         if bn % bm or N % bn:
-            raise ValueError(f"dK/dV config {cfg}: BLOCK_N1 must divide N={N} and be a "
+            raise ValueError(f"dK/dV config {tuple(cfg)}: BLOCK_N1 must divide N={N} and be a "
                              f"multiple of BLOCK_M1")
         _bwd_dkdv_tma_kernel[(N // bn, B * H)](
             desc("q", bm), desc("k", bn), desc("v", bn), desc("do", bm), lse, delta,
@@ -199,13 +190,31 @@ def flash_backward_tma(q, k, v, o, lse, do, causal: bool,
     def launch_dq(cfg):
         bm, bn, warps, stages = cfg
         if bm % bn or N % bm:
-            raise ValueError(f"dQ config {cfg}: BLOCK_M2 must divide N={N} and be a multiple "
-                             f"of BLOCK_N2")
+            raise ValueError(f"dQ config {tuple(cfg)}: BLOCK_M2 must divide N={N} and be a "
+                             f"multiple of BLOCK_N2")
         _bwd_dq_tma_kernel[(N // bm, B * H)](
             desc("q", bm), desc("k", bn), desc("v", bn), desc("do", bm), lse, delta,
             desc("dq", bm), N, qk_scale, sm_scale, HEAD_DIM=D, BLOCK_M2=bm, BLOCK_N2=bn,
             CAUSAL=causal, INTERP_BF16=interp_bf16, num_warps=warps, num_stages=stages)
 
+    return launch_dkdv, launch_dq
+
+
+def flash_backward_tma(q, k, v, o, lse, do, causal: bool,
+                       dkdv_config: tuple[int, int, int, int] | None = None,
+                       dq_config: tuple[int, int, int, int] | None = None):
+    """(dq, dk, dv), each (B, H, N, D) in q's dtype, as flash_backward, with TMA loads and
+    stores only; N must be a multiple of the tiles (`unsupported` says why not)."""
+    q, k, v, o, do = (t.contiguous() for t in (q, k, v, o, do))
+    B, H, N, D = q.shape
+    why = unsupported(N, D)
+    if why:
+        raise ValueError(why)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    delta = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
+    _bwd_preprocess[(triton.cdiv(N, PRE_BLOCK), B * H)](o, do, delta, N, HEAD_DIM=D,
+                                                        BLOCK=PRE_BLOCK, num_warps=4)
+    launch_dkdv, launch_dq = tma_launchers(q, k, v, do, lse, delta, dq, dk, dv, causal)
     key = (B, H, N, D, causal, q.dtype)
     dkdv_cands, dq_cands = configs_for(D, N)
     if dkdv_config is None:

@@ -41,11 +41,17 @@ SMALL_D_CONFIGS = [(64, 32, 4, 3), (32, 32, 4, 2), (64, 64, 4, 3)]  # D = 16, 32
 INTERPRETER_CONFIG = (32, 16, 4, 1)
 
 FIELDS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
+# The forward's Tuner has one more field, TMA: 0 is this file's kernel (pointer loads, masked
+# tails, any N), 1 flash_fwd_tma.py's (Hopper TMA descriptors; N a multiple of the query tile).
+# Where the shape allows both, the Tuner times both forms' configs and keeps the faster: on an
+# H200 the TMA form measured 0.95-1.14x the pointer form's forward depending on the shape
+# (experiments/flash_tma.yaml), so neither wins everywhere.
+FWD_FIELDS = (*FIELDS, "TMA")
 # what a YAML config may force (harness variants): the values above plus tile sizes tl.dot takes
-_tuner = Tuner("attention.flash_fwd", FIELDS,
+_tuner = Tuner("attention.flash_fwd", FWD_FIELDS,
                configs=[*FWD_CONFIGS[128], *FWD_CONFIGS[64], *SMALL_D_CONFIGS, INTERPRETER_CONFIG],
                values={"BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (16, 32, 64, 128),
-                       "num_warps": (2, 4, 8), "num_stages": range(1, 6)},
+                       "num_warps": (2, 4, 8), "num_stages": range(1, 7), "TMA": (0, 1)},
                rules=[Rule(("BLOCK_M", "BLOCK_N"), lambda m, n: m % n == 0,
                            "BLOCK_M % BLOCK_N == 0")])
 
@@ -200,13 +206,17 @@ def interp_bf16_flag(dtype: torch.dtype) -> bool:
 
 
 def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                  config: tuple[int, int, int, int] | None = None
+                  config: tuple[int, ...] | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """o (B, H, N, D) in q's dtype and lse (B, H, N) fp32 in base 2, for q, k, v (B, H, N, D).
 
-    `config` = (BLOCK_M, BLOCK_N, num_warps, num_stages) forces one launch configuration;
-    otherwise the Tuner picks per (B, H, N, D, causal, dtype).
+    `config` = (BLOCK_M, BLOCK_N, num_warps, num_stages[, TMA]) forces one launch
+    configuration (TMA 0, the default: pointer loads; 1: the TMA kernel); otherwise the Tuner
+    picks per (B, H, N, D, causal, dtype) among the pointer configs and, where N allows, the
+    TMA ones.
     """
+    from kernels.attention import flash_fwd_tma  # it imports this module
+
     check_inputs(q, k, v)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     B, H, N, D = q.shape
@@ -214,16 +224,28 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
     qk_scale = LOG2E / math.sqrt(D)
     interp_bf16 = interp_bf16_flag(q.dtype)
+    tma_ok = flash_fwd_tma.unsupported(N, D) is None
+    launch_tma = flash_fwd_tma.tma_launcher(q, k, v, o, lse, causal) if tma_ok else None
 
     def launch(cfg):
-        bm, bn, warps, stages = cfg
+        bm, bn, warps, stages, tma = cfg
+        if tma:
+            if launch_tma is None:
+                raise ValueError(f"config {tuple(cfg)}: TMA=1, but "
+                                 f"{flash_fwd_tma.unsupported(N, D)}")
+            return launch_tma((bm, bn, warps, stages))
         grid = (triton.cdiv(N, bm), B * H)
         _flash_fwd_kernel[grid](q, k, v, o, lse, N, qk_scale, HEAD_DIM=D, BLOCK_M=bm,
                                 BLOCK_N=bn, CAUSAL=causal, INTERP_BF16=interp_bf16, num_warps=warps,
                                 num_stages=stages)
 
     if config is None:
-        config = _tuner.pick(("fwd", B, H, N, D, causal, q.dtype), configs_for(D), launch)
+        cands = [(*c, 0) for c in configs_for(D)]
+        if tma_ok:
+            cands += [(*c, 1) for c in flash_fwd_tma.configs_for(D, N)]
+        config = _tuner.pick(("fwd", B, H, N, D, causal, q.dtype), cands, launch)
+    elif len(config) == 4:
+        config = (*config, 0)
     if config[0] % config[1]:
         raise ValueError(f"BLOCK_M must be a multiple of BLOCK_N, got config {config}")
     launch(config)

@@ -130,11 +130,35 @@ def unsupported(N: int, D: int) -> str | None:
     return None
 
 
+def tma_launcher(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                 lse: torch.Tensor, causal: bool):
+    """`launch(config)`: the TMA forward of contiguous q, k, v (B, H, N, D) into o and lse
+    with config (BLOCK_M, BLOCK_N, num_warps, num_stages); a tile that does not divide N is a
+    ValueError. flash_fwd.flash_forward uses it for its TMA=1 candidates."""
+    B, H, N, D = q.shape
+    qk_scale = LOG2E / math.sqrt(D)
+    interp_bf16 = interp_bf16_flag(q.dtype)
+    rows = [t.view(B * H * N, D) for t in (q, k, v, o)]
+
+    def launch(cfg):
+        bm, bn, warps, stages = cfg
+        if bm % bn or N % bm:
+            raise ValueError(f"config {tuple(cfg)}: BLOCK_M must divide N={N} and be a "
+                             f"multiple of BLOCK_N")
+        dq, dk, dv, do = (TensorDescriptor.from_tensor(t, [b, D])
+                          for t, b in zip(rows, (bm, bn, bn, bm)))
+        _flash_fwd_tma_kernel[(N // bm, B * H)](
+            dq, dk, dv, do, lse, N, qk_scale, HEAD_DIM=D, BLOCK_M=bm, BLOCK_N=bn,
+            CAUSAL=causal, INTERP_BF16=interp_bf16, num_warps=warps, num_stages=stages)
+
+    return launch
+
+
 def flash_forward_tma(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                       config: tuple[int, int, int, int] | None = None
                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """o (B, H, N, D) in q's dtype and lse (B, H, N) fp32 in base 2, as flash_forward, with
-    TMA loads; N must be a multiple of the query tile (`unsupported` says why not)."""
+    TMA loads only; N must be a multiple of the query tile (`unsupported` says why not)."""
     check_inputs(q, k, v)
     B, H, N, D = q.shape
     why = unsupported(N, D)
@@ -143,21 +167,7 @@ def flash_forward_tma(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal:
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     o = torch.empty_like(q)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
-    qk_scale = LOG2E / math.sqrt(D)
-    interp_bf16 = interp_bf16_flag(q.dtype)
-    rows = [t.view(B * H * N, D) for t in (q, k, v, o)]
-
-    def launch(cfg):
-        bm, bn, warps, stages = cfg
-        if bm % bn or N % bm:
-            raise ValueError(f"config {cfg}: BLOCK_M must divide N={N} and be a multiple of "
-                             f"BLOCK_N")
-        dq, dk, dv, do = (TensorDescriptor.from_tensor(t, [b, D])
-                          for t, b in zip(rows, (bm, bn, bn, bm)))
-        _flash_fwd_tma_kernel[(N // bm, B * H)](
-            dq, dk, dv, do, lse, N, qk_scale, HEAD_DIM=D, BLOCK_M=bm, BLOCK_N=bn,
-            CAUSAL=causal, INTERP_BF16=interp_bf16, num_warps=warps, num_stages=stages)
-
+    launch = tma_launcher(q, k, v, o, lse, causal)
     if config is None:
         config = _tuner.pick(("fwd_tma", B, H, N, D, causal, q.dtype), configs_for(D, N), launch)
     launch(config)

@@ -114,3 +114,80 @@ def test_backward_tile_rule():
         fbt.flash_backward_tma(q, q, q, q, lse, q, False, dkdv_config=(32, 128, 4, 1),
                                dq_config=(32, 16, 4, 1))
     assert "no backward tile divides N=48" in fbt.unsupported(48, 16)
+
+
+# -- triton_flash: the pointer and TMA forms behind one Tuner field (TMA: 0 / 1) -----------------
+
+class _Candidates:
+    """Records the candidates a Tuner is offered (and picks the first, as the interpreter)."""
+
+    def __init__(self, tuner):
+        self.tuner, self.seen = tuner, []
+
+    def __enter__(self):
+        orig = self.tuner.pick
+        self._orig = orig
+
+        def pick(key, candidates, launch):
+            self.seen.append(list(candidates))
+            return orig(key, candidates, launch)
+
+        self.tuner.pick = pick
+        return self
+
+    def __exit__(self, *exc):
+        self.tuner.pick = self._orig
+
+
+def test_default_impl_offers_both_forms_where_n_allows():
+    """triton_flash's Tuners get the pointer configs (TMA=0) first and, where N is a multiple
+    of the TMA tiles, the TMA configs (TMA=1); for ragged N only the pointer ones."""
+    from kernels.attention import flash_bwd, flash_fwd
+    from kernels.attention.flash import flash_attention
+
+    for N, want_tma in ((64, True), (100, False)):
+        q, k, v = (t.requires_grad_() for t in _qkv(1, 1, N, 16, torch.float16, seed=N))
+        with _Candidates(flash_fwd._tuner) as fwd, _Candidates(flash_bwd._dkdv_tuner) as dkdv, \
+                _Candidates(flash_bwd._dq_tuner) as dq:
+            o = flash_attention(q, k, v, causal=True)
+            torch.autograd.grad(o, (q, k, v), torch.ones_like(o))
+        for rec in (fwd, dkdv, dq):
+            forms = [c[-1] for c in rec.seen[0]]
+            assert forms[0] == 0 and (1 in forms) == want_tma, (N, forms)
+    assert flash_fwd._tuner.fields[-1] == "TMA" and flash_bwd._dkdv_tuner.fields[-1] == "TMA"
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_default_impl_forced_tma_form(causal):
+    """TMA: 1 forced on triton_flash (as a YAML variant does) runs the TMA kernels for the
+    forward and both backward kernels, and the results pass the check."""
+    from harness import tuning
+    from kernels.attention import flash_bwd_tma
+
+    launched = []
+    orig = flash_bwd_tma.tma_launchers
+
+    def spy(*a, **kw):
+        launched.append("bwd")
+        return orig(*a, **kw)
+
+    force = {"attention.flash_fwd": {"TMA": 1}, "attention.flash_bwd.dkdv": {"TMA": 1},
+             "attention.flash_bwd.dq": {"TMA": 1}}
+    flash_bwd_tma.tma_launchers = spy
+    try:
+        with tuning.forcing(force), tuning.recording() as log:
+            for mode in ("fwd", "bwd"):
+                res = check(OP, OP.get_impl("triton_flash"), _params(causal=causal, mode=mode),
+                            "float16", "cpu")
+                assert res.correct, (mode, res.error)
+    finally:
+        flash_bwd_tma.tma_launchers = orig
+    assert launched and all(c["TMA"] == 1 for c in log.configs().values()), log.configs()
+
+
+def test_default_impl_tma_on_ragged_n_is_a_clear_error():
+    from kernels.attention import flash_fwd
+
+    q = torch.zeros(1, 1, 40, 16, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"TMA=1, but .*multiple of 32, got N=40"):
+        flash_fwd.flash_forward(q, q, q, False, config=(32, 16, 4, 1, 1))
