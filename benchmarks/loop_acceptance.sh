@@ -23,7 +23,8 @@
 #             per-case ncu seconds of both (OUT_DIR/srccost.txt)
 #   fused_before  the fused-op experiments (layernorm, layernorm_bwd, groupnorm_mish, linear_gelu, mlp) with
 #             the kernels/ and experiments/ trees of BEFORE_TGZ (`git archive REV kernels
-#             experiments | gzip`, carried in .devcarry) swapped in; both restored afterwards
+#             experiments | gzip`, carried in .devcarry as before_REV.tgz) swapped in; both
+#             restored afterwards; the runs record REV as their git sha (BEFORE_REV overrides)
 #   fused     the same experiments with the current kernels: each run's since
 #             block pairs it with its fused_before run
 #   fatma     experiments/flash_tma.yaml: triton_flash vs triton_flash_tma vs SDPA flash, cuDNN
@@ -93,9 +94,13 @@ PY
       [ -f "${BEFORE_TGZ:-}" ] || { echo "fused_before: BEFORE_TGZ not set or missing" >> "$out/steps.txt"; continue; }
       rm -rf "$out/now" && mkdir -p "$out/now" && cp -r kernels experiments "$out/now/"
       rm -rf kernels experiments && tar xzf "$BEFORE_TGZ"
+      # the runs record the archive's commit (BEFORE_REV, else the tgz's name before_<rev>.tgz)
+      now_sha=${HARNESS_GIT_SHA:-}
+      export HARNESS_GIT_SHA=${BEFORE_REV:-$(basename "$BEFORE_TGZ" .tgz | sed 's/^before_//')}
       for e in layernorm layernorm_bwd groupnorm_mish linear_gelu mlp; do
         run "before_$e" 150 "experiments/$e.yaml" > /dev/null
       done
+      export HARNESS_GIT_SHA=$now_sha
       rm -rf kernels experiments && cp -r "$out/now/kernels" "$out/now/experiments" . ;;
     fused)
       for e in layernorm layernorm_bwd groupnorm_mish linear_gelu mlp; do

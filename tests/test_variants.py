@@ -223,7 +223,8 @@ def test_show_of_a_one_shape_grid_has_no_case_column(tmp_path):
     assert "every case: B=1 H=1 N=80 D=16 causal=false mode=bwd" in text
     header = next(line for line in text.splitlines() if "median ms" in line)
     assert "case" not in header.replace("every case", "")
-    assert "triton_flash[dq.BLOCK_M=64,dq.BLOCK_N=32,dq.num_warps=4,dq.num_stages=2]" in text
+    assert ("triton_flash[dq.BLOCK_M=64,dq.BLOCK_N=32,dq.num_warps=4,dq.num_stages=2,dq.TMA=0]"
+            in text)
 
 
 def test_variant_names_survive_parquet_the_report_and_the_dashboard_table(tmp_path):
