@@ -30,7 +30,8 @@ import triton
 import triton.language as tl
 
 from kernels._common import Rule, Tuner, interpreted
-from kernels.attention.flash_fwd import FIELDS, LOG2E, _cast, _mma, interp_bf16_flag
+from kernels.attention.flash_fwd import (FIELDS, LOG2E, _cast, _mma, _query_tile,
+                                         interp_bf16_flag)
 
 # (BLOCK_M1, BLOCK_N1, num_warps, num_stages) for dK/dV; (BLOCK_M2, BLOCK_N2, ...) for dQ.
 # D=128: the forced-config grids on an H200 at B=4 N=4096, fp16 (experiments/tune/
@@ -213,11 +214,7 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, n_ctx, qk_scale, sm_scale,
                    HEAD_DIM: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
                    CAUSAL: tl.constexpr, INTERP_BF16: tl.constexpr):
     """Q, K, V, DO, DQ: (B*H, N, D); LSE (base 2), DELTA: (B*H, N) fp32."""
-    n_mblocks = tl.cdiv(n_ctx, BLOCK_M2)
-    if CAUSAL:  # heaviest query tiles first
-        pid_m = n_mblocks - 1 - tl.program_id(0)
-    else:
-        pid_m = tl.program_id(0)
+    pid_m = _query_tile(tl.cdiv(n_ctx, BLOCK_M2), CAUSAL)
     bh = tl.program_id(1).to(tl.int64)
     head = bh * n_ctx * HEAD_DIM
     start_m = pid_m * BLOCK_M2

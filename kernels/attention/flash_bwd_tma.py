@@ -25,7 +25,7 @@ from kernels._common import TensorDescriptor, interpreted
 from kernels.attention.flash_bwd import (DKDV_CONFIGS, DQ_CONFIGS, INTERPRETER_DKDV,
                                          INTERPRETER_DQ, PRE_BLOCK, SMALL_D_DKDV, SMALL_D_DQ,
                                          _bwd_preprocess, bwd_tuners)
-from kernels.attention.flash_fwd import LOG2E, _cast, _mma, interp_bf16_flag
+from kernels.attention.flash_fwd import LOG2E, _cast, _mma, _query_tile, interp_bf16_flag
 
 
 _dkdv_tuner, _dq_tuner = bwd_tuners("attention.flash_bwd_tma")
@@ -115,11 +115,7 @@ def _bwd_dq_tma_kernel(desc_q, desc_k, desc_v, desc_do, LSE, DELTA, desc_dq, n_c
                        BLOCK_N2: tl.constexpr, CAUSAL: tl.constexpr, INTERP_BF16: tl.constexpr):
     """desc_*: (B*H*N, D) row views (boxes of BLOCK_M2 rows for q, do, dq; BLOCK_N2 for k, v);
     LSE (base 2), DELTA: (B*H, N) fp32. n_ctx % BLOCK_M2 == 0."""
-    n_mblocks = n_ctx // BLOCK_M2
-    if CAUSAL:  # heaviest query tiles first
-        pid_m = n_mblocks - 1 - tl.program_id(0)
-    else:
-        pid_m = tl.program_id(0)
+    pid_m = _query_tile(n_ctx // BLOCK_M2, CAUSAL)
     bh = tl.program_id(1)
     head_row = bh * n_ctx
     start_m = pid_m * BLOCK_M2

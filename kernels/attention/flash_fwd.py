@@ -57,6 +57,15 @@ _tuner = Tuner("attention.flash_fwd", FWD_FIELDS,
 
 
 @triton.jit
+def _query_tile(n_mblocks, CAUSAL: tl.constexpr):
+    """This program's query tile: causal grids run the heaviest tiles (most keys) first, since
+    they set the kernel's tail."""
+    if CAUSAL:
+        return n_mblocks - 1 - tl.program_id(0)
+    return tl.program_id(0)
+
+
+@triton.jit
 def _mma(a, b, acc, INTERP_BF16: tl.constexpr):
     """acc + a @ b (acc may be None). INTERP_BF16 is set only for bf16 in the CPU interpreter,
     whose tl.dot (triton 3.9) multiplies the raw bf16 bit patterns as integers (triton-lang/triton
@@ -139,11 +148,7 @@ def _flash_fwd_kernel(Q, K, V, O, LSE, n_ctx, qk_scale,
                       HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       CAUSAL: tl.constexpr, INTERP_BF16: tl.constexpr):
     """Q, K, V, O: (B*H, N, D) contiguous; LSE: (B*H, N) fp32, base-2 log-sum-exp."""
-    n_mblocks = tl.cdiv(n_ctx, BLOCK_M)
-    if CAUSAL:  # heaviest query tiles (most keys) first: they set the kernel's tail
-        pid_m = n_mblocks - 1 - tl.program_id(0)
-    else:
-        pid_m = tl.program_id(0)
+    pid_m = _query_tile(tl.cdiv(n_ctx, BLOCK_M), CAUSAL)
     bh = tl.program_id(1).to(tl.int64)
     head = bh * n_ctx * HEAD_DIM
     start_m = pid_m * BLOCK_M

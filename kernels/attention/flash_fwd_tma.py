@@ -28,8 +28,8 @@ import triton.language as tl
 from kernels._common import Rule, TensorDescriptor, Tuner, interpreted
 from kernels.attention.flash import attention_function
 from kernels.attention.flash_bwd_tma import flash_backward_tma
-from kernels.attention.flash_fwd import (LOG2E, _cast, _mma, _softmax_step, check_inputs,
-                                         interp_bf16_flag)
+from kernels.attention.flash_fwd import (LOG2E, _cast, _mma, _query_tile, _softmax_step,
+                                         check_inputs, interp_bf16_flag)
 
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages); BLOCK_M % BLOCK_N == 0 (whole key tiles in the
@@ -80,11 +80,7 @@ def _flash_fwd_tma_kernel(desc_q, desc_k, desc_v, desc_o, LSE, n_ctx, qk_scale,
                           CAUSAL: tl.constexpr, INTERP_BF16: tl.constexpr):
     """desc_*: (B*H*N, D) row views with BLOCK_M (q, o) or BLOCK_N (k, v) row boxes;
     LSE: (B*H, N) fp32, base-2 log-sum-exp. n_ctx % BLOCK_M == 0."""
-    n_mblocks = n_ctx // BLOCK_M
-    if CAUSAL:  # heaviest query tiles (most keys) first: they set the kernel's tail
-        pid_m = n_mblocks - 1 - tl.program_id(0)
-    else:
-        pid_m = tl.program_id(0)
+    pid_m = _query_tile(n_ctx // BLOCK_M, CAUSAL)
     bh = tl.program_id(1)
     head_row = bh * n_ctx
     start_m = pid_m * BLOCK_M

@@ -72,6 +72,19 @@ def gelu_tanh(x):
 
 
 @triton.jit
+def _epilogue(acc, bias_ptr, rn, N, HAS_BIAS: tl.constexpr, ACT: tl.constexpr):
+    """bias + activation on an fp32 accumulator slice whose columns are rn."""
+    if HAS_BIAS:
+        # read the slice's columns of bias
+        acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+    if ACT == 1:
+        acc = gelu_erf(acc)
+    elif ACT == 2:
+        acc = gelu_tanh(acc)
+    return acc
+
+
+@triton.jit
 def _matmul_bias_act(a_ptr, w_ptr, bias_ptr, c_ptr, M, N, K,
                      s_am, s_ak, s_wn, s_wk, s_cm, s_cn,
                      HAS_BIAS: tl.constexpr, ACT: tl.constexpr, EVEN_K: tl.constexpr,
@@ -113,13 +126,7 @@ def _matmul_bias_act(a_ptr, w_ptr, bias_ptr, c_ptr, M, N, K,
         a_ptrs += BLOCK_K * s_ak
         w_ptrs += BLOCK_K * s_wk
     # epilogue on the fp32 accumulator: + bias, activation, one rounding to the output dtype
-    if HAS_BIAS:
-        # read BLOCK_N of bias
-        acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
-    if ACT == 1:
-        acc = gelu_erf(acc)
-    elif ACT == 2:
-        acc = gelu_tanh(acc)
+    acc = _epilogue(acc, bias_ptr, rn, N, HAS_BIAS, ACT)
     c_ptrs = c_ptr + rm.to(tl.int64)[:, None] * s_cm + rn[None, :] * s_cn
     # write BLOCK_M x BLOCK_N of C
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rm < M)[:, None] & (rn < N)[None, :])

@@ -35,8 +35,8 @@ import triton
 import triton.language as tl
 
 from kernels._common import TensorDescriptor, Tuner, interpreted, sm_count
-from kernels.linear_gelu.triton_matmul import (ACTIVATIONS, check_operands, dot_needs_f32,
-                                               gelu_erf, gelu_tanh)
+from kernels.linear_gelu.triton_matmul import (ACTIVATIONS, _epilogue, check_operands,
+                                               dot_needs_f32)
 
 
 TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
@@ -90,19 +90,6 @@ def _tile_of(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
     pid_m = first_m + (tile_id % per_group) % group_size
     pid_n = (tile_id % per_group) // group_size
     return pid_m, pid_n
-
-
-@triton.jit
-def _epilogue(acc, bias_ptr, rn, N, HAS_BIAS: tl.constexpr, ACT: tl.constexpr):
-    """bias + activation on an fp32 accumulator slice whose columns are rn."""
-    if HAS_BIAS:
-        # read the slice's columns of bias
-        acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
-    if ACT == 1:
-        acc = gelu_erf(acc)
-    elif ACT == 2:
-        acc = gelu_tanh(acc)
-    return acc
 
 
 @triton.jit
