@@ -98,3 +98,66 @@ def test_one_program_short_fails():
 
     res = check(OP, _impl(broken, "short_grid"), _p(100, 32, 96), "float16", "cpu", trials=1)
     assert not res.correct
+
+
+# -- triton (the default impl): the pointer and TMA forms behind one Tuner field (TMA: 0 / 1) ----
+
+def test_default_impl_offers_both_forms_where_tma_allows():
+    """matmul_bias_act's Tuner gets the pointer configs (TMA=0) first and, where K and N allow
+    TMA and the operands are contiguous, the TMA kernel's (TMA=1); otherwise only the pointer
+    ones."""
+    from kernels.linear_gelu import triton_matmul as tm
+    from test_attention_tma import _Candidates
+
+    x, w = torch.randn(24, 40, dtype=torch.float16), torch.randn(48, 40, dtype=torch.float16)
+    odd_x, odd_w = x[:, :36].contiguous(), w[:, :36].contiguous()  # K=36: 72-byte rows
+    with _Candidates(tm._tuner) as rec:
+        tm.matmul_bias_act(x, w)
+        tm.matmul_bias_act(odd_x, odd_w)
+        tm.matmul_bias_act(x[:, :32], w[:, :32])  # K=32 but rows 80 bytes apart: not contiguous
+    forms = [[c.tma for c in cands] for cands in rec.seen]
+    assert [f[0] for f in forms] == [0, 0, 0]
+    assert [1 in f for f in forms] == [True, False, False], forms
+    assert tm._tuner.fields[-2:] == ("EPI_SPLIT", "TMA")
+    assert tm.tma_refusal(odd_x, odd_w, torch.empty(24, 48, dtype=torch.float16)).startswith(
+        "TMA needs row strides")
+
+
+@pytest.mark.parametrize("op_name,params", [("linear_gelu", _p(37, 56, 72)),
+                                            ("mlp", Params(M=37, D=32, H=80,
+                                                           approximate="none"))])
+def test_default_impl_forced_tma_form(op_name, params):
+    """TMA: 1 forced on `triton` (as a YAML variant does) runs the TMA kernel for every matmul
+    of the case (the MLP's two), and the results pass the check."""
+    from harness import tuning
+    from kernels.linear_gelu import triton_matmul_tma
+
+    op = get_op(op_name)
+    launched = []
+    orig = triton_matmul_tma.launch
+
+    def spy(*a, **kw):
+        launched.append(a[5])
+        return orig(*a, **kw)
+
+    triton_matmul_tma.launch = spy
+    try:
+        with tuning.forcing({"matmul_bias_act": {"TMA": 1}}), tuning.recording() as log:
+            res = check(op, op.get_impl("triton"), params, "float16", "cpu")
+    finally:
+        triton_matmul_tma.launch = orig
+    assert res.correct, res.error
+    picks = log.configs()
+    assert launched and all(c["TMA"] == 1 for c in picks.values()), picks
+    assert len(picks) == (2 if op_name == "mlp" else 1)
+
+
+def test_default_impl_forced_tma_where_k_forbids_is_a_clear_error():
+    from kernels.linear_gelu import triton_matmul as tm
+
+    x, w = torch.zeros(4, 12, dtype=torch.float16), torch.zeros(8, 12, dtype=torch.float16)
+    cfg = tm.MatmulConfig(32, 32, 32, 2, 4, 1, epi_split=2, tma=1)
+    with pytest.raises(ValueError, match=r"TMA=1, but TMA needs row strides .*K=12"):
+        tm.matmul_bias_act(x, w, config=cfg)
+    # the pointer form takes the same operands
+    torch.testing.assert_close(tm.matmul_bias_act(x, w), torch.zeros(4, 8, dtype=torch.float16))
