@@ -4,6 +4,8 @@ fresh process, cold and warm on-disk caches, with and without Inductor's compile
     python3 benchmarks/compile_probe.py           # prints one line per fresh process
     python3 benchmarks/compile_probe.py profile   # where a warm-cache first call's seconds go
     python3 benchmarks/compile_probe.py triton    # flash fwd configs: cold vs warm Triton cache
+    python3 benchmarks/compile_probe.py warmcache # compile-ahead's Tuner compile, then the
+                                                  # check's Tuner: seconds per kernel class
 
 Every profiler pass starts a new worker, so a one-time cost per process is paid three times
 per run (check/time, ncu, nsys). This probe is what decides the worker's Inductor settings
@@ -104,5 +106,74 @@ def profile() -> None:
     print(r.stdout[-9000:], r.stderr[-1500:])
 
 
+CLASSES = [(D, causal, dt) for D in (128, 64) for causal in (False, True)
+           for dt in ("float16", "bfloat16")]
+
+
+def warmcache_child(phase: str) -> None:
+    """phase warm: each class's Tuners in compile-only mode (what a compile-ahead worker does);
+    tune: the Tuners as the check pass runs them (seconds compiling/loading vs timing);
+    load: every candidate launched one by one on this thread (seconds each, or its error)."""
+    import torch
+
+    from harness import tuning
+    from kernels.attention import flash_fwd_tma
+    from kernels.attention.flash_fwd import configs_for, flash_forward
+    from kernels.attention.fused_mha import fused_mha
+
+    out = {}
+    for D, causal, dt in CLASSES:
+        q = torch.randn(4, 16, 4096, D, device="cuda", dtype=getattr(torch, dt))
+        key = f"D{D} {'causal' if causal else 'full'} {dt}"
+        t = time.perf_counter()
+        if phase == "warm":
+            with tuning.compile_only():
+                flash_forward(q, q, q, causal)
+                fused_mha(q, q, q, causal=causal)
+            torch.cuda.synchronize()
+            out[key] = round(time.perf_counter() - t, 2)
+        elif phase == "tune":
+            with tuning.recording() as log:
+                flash_forward(q, q, q, causal)
+            with tuning.recording() as log2:
+                fused_mha(q, q, q, causal=causal)
+            out[key] = {"flash_compile_s": round(log.compile_s, 2),
+                        "flash_timing_s": round(log.timing_s, 2),
+                        "fused_compile_s": round(log2.compile_s, 2),
+                        "fused_timing_s": round(log2.timing_s, 2)}
+        else:
+            per = {}
+            cands = [(*c, 0) for c in configs_for(D)] + \
+                [(*c, 1) for c in flash_fwd_tma.configs_for(D, 4096)]
+            for c in cands:
+                t = time.perf_counter()
+                try:
+                    flash_forward(q, q, q, causal, config=c)
+                    torch.cuda.synchronize()
+                    per[str(c)] = round(time.perf_counter() - t, 3)
+                except Exception as e:  # noqa: BLE001 (the probe reports every failure)
+                    per[str(c)] = f"{type(e).__name__}: {str(e)[:300]}"
+            out[key] = per
+    print(json.dumps(out))
+
+
+def warmcache() -> None:
+    """Compile-ahead then check, as a run does them, in fresh processes sharing one new Triton
+    cache: does the check pass find compile-ahead's kernels?"""
+    d = tempfile.mkdtemp()
+    env = dict(os.environ, TRITON_CACHE_DIR=d)
+    for phase in ("warm", "tune", "load", "tune"):
+        t = time.perf_counter()
+        r = subprocess.run([sys.executable, __file__, "warmcache_child", phase], env=env,
+                           capture_output=True, text=True)
+        last = (r.stdout.strip().splitlines() or [r.stderr[-1500:]])[-1]
+        print(f"== {phase}: process {time.perf_counter() - t:.1f} s, Triton cache entries "
+              f"after it {len(os.listdir(d))}\n{last}", flush=True)
+
+
 if __name__ == "__main__":
-    {"child": child, "profile": profile, "triton": triton, "triton_child": triton_child}.get((sys.argv[1:] or [""])[0], main)()
+    if sys.argv[1:2] == ["warmcache_child"]:
+        warmcache_child(sys.argv[2])
+        sys.exit(0)
+    {"child": child, "profile": profile, "triton": triton, "triton_child": triton_child,
+     "warmcache": warmcache}.get((sys.argv[1:] or [""])[0], main)()

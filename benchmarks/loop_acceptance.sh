@@ -27,6 +27,10 @@
 #             restored afterwards; the runs record REV as their git sha (BEFORE_REV overrides)
 #   fused     the same experiments with the current kernels: each run's since
 #             block pairs it with its fused_before run
+#   matmul    linear_gelu.yaml then mlp.yaml (the matmul forms; with SEED_RUNS, their since
+#             blocks pair them with the seeded runs)
+#   probe     benchmarks/compile_probe.py warmcache: compile-ahead's Tuner compiles, then the
+#             check pass's, in fresh processes on one new Triton cache (OUT_DIR/probe.txt)
 #   fatma     experiments/flash_tma.yaml: triton_flash vs triton_flash_tma vs SDPA flash, cuDNN
 #   hprof     flash.yaml at N=4096 with --profile-harness and empty Triton/Inductor caches (as a
 #             first run on a fresh machine): each process's cProfile top functions copied to
@@ -34,6 +38,8 @@
 #   fbtma     experiments/flash_bwd_tma.yaml: the backward, pointer loads vs TMA, vs SDPA
 #   fatmagrid experiments/tune/flash_fwd_tma_configs.yaml (8 forced TMA configs, causal and not)
 #   lgtma     experiments/tune/linear_gelu_tma_configs.yaml (7 forced TMA matmul configs)
+# SEED_RUNS (space-separated run dirs, e.g. committed runs/examples/<id>) are copied into the
+# store first, so that a step's since block can pair with a run made in an earlier session.
 # Each step is cut at the time left before DEADLINE_S (default 570) so the whole call returns;
 # each run's output is OUT_DIR/<step>.log with its wall time appended. `compare` of each A/A pair
 # goes to OUT_DIR/<step>.compare.txt.
@@ -56,6 +62,7 @@ aa() {  # NAME A B
   [ -n "$2" ] && [ -n "$3" ] && python3 -m harness compare "$2" "$3" --store "$store" \
     > "$out/$1.compare.txt" 2>&1
 }
+mkdir -p "$store"; for r in ${SEED_RUNS:-}; do cp -r "$r" "$store/"; done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu \
   --format=csv > "$out/gpu.txt" 2>&1
 for step in ${steps//,/ }; do
@@ -106,6 +113,10 @@ PY
       for e in layernorm layernorm_bwd groupnorm_mish linear_gelu mlp; do
         run "$e" 150 "experiments/$e.yaml" > /dev/null
       done ;;
+    matmul) run linear_gelu 150 experiments/linear_gelu.yaml > /dev/null
+            run mlp 150 experiments/mlp.yaml > /dev/null ;;
+    probe) timeout "$(left)" python3 benchmarks/compile_probe.py warmcache > "$out/probe.txt" 2>&1
+           echo "probe: exit $?" >> "$out/steps.txt" ;;
     fatma) run fatma 240 experiments/flash_tma.yaml > /dev/null ;;
     hprof)
       cold=$(mktemp -d)
@@ -146,7 +157,7 @@ for case, s_on in sorted(on["per_case_s"].items()):
     print(f"{case:72s} on {s_on:6.2f}  off {s_off:6.2f}  +{s_on - s_off:5.2f} s")
 PY
       ;;
-    *) echo "unknown step $step (flash, flash_aa, flash_again, worse, softmax, tune, bwd, bwd_again, bwdgrid, clockaa, pyc, srccost, fused_before, fused, fatma, fbtma, fatmagrid, lgtma, hprof)"; exit 2 ;;
+    *) echo "unknown step $step (flash, flash_aa, flash_again, worse, softmax, tune, bwd, bwd_again, bwdgrid, clockaa, pyc, srccost, fused_before, fused, fatma, fbtma, fatmagrid, lgtma, hprof, matmul, probe)"; exit 2 ;;
   esac
 done
 cat "$out/steps.txt"

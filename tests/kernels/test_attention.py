@@ -319,3 +319,29 @@ def test_cli_smoke_run_flash(tmp_path):
     assert skipped.error.str.contains("CUDA").all()
     assert {json.loads(p)["N"] for p in merged.params} == {100, 64}
     shutil.rmtree(run_dir)
+
+
+def test_torch_compile_graphs_first_run_at_the_seed_shape(monkeypatch):
+    """Each torch.compile graph's first call is at SEED_SHAPE whatever the first case is, so
+    the kernels Inductor chooses (from that call's sizes) do not depend on which cases ran
+    before; once per (D, causal, dtype, device, grad); the backward graph is seeded too."""
+    from kernels.attention import peers
+
+    calls = []
+
+    def fake(q, k, v, causal):
+        calls.append((tuple(q.shape), causal, q.requires_grad))
+        return (q * k * v).sum(-1, keepdim=True).expand_as(q) * 1.0
+
+    monkeypatch.setattr(peers, "_compiled_naive", fake)
+    monkeypatch.setattr(peers, "_seeded", set())
+    bh, n = peers.SEED_SHAPE["cpu"]
+    for N in (48, 32):
+        q = torch.randn(1, 2, N, 16)
+        peers.torch_compile_attention(q, q, q, causal=False)
+    q = torch.randn(2, 2, 40, 16, requires_grad=True)
+    o = peers.torch_compile_attention(q, q, q, causal=True)
+    assert calls == [((bh, n, 16), False, False), ((2, 48, 16), False, False),
+                     ((2, 32, 16), False, False), ((bh, n, 16), True, True),
+                     ((4, 40, 16), True, True)]
+    assert o.shape == (2, 2, 40, 16)
