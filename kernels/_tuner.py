@@ -5,6 +5,7 @@
                    rules=[Rule(("BLOCK_M", "BLOCK_N"), lambda m, n: m % n == 0,
                                "BLOCK_M % BLOCK_N == 0")])
     config = _tuner.pick(key, candidates, launch)     # in warm-up, outside profiled ranges
+    config = _tuner.pick(key, candidates, launch, timed=lambda c: c.tma == 1)  # see below
 
 A candidate is a tuple (or NamedTuple) of the declared `fields`, or a bare value when there is
 one field. Valid values of a field: those in `configs` (the static candidate lists) plus
@@ -28,6 +29,12 @@ one field. Valid values of a field: those in `configs` (the static candidate lis
      candidate list wins instead. One pass in list order picked configs by when they were
      timed (an H200 warming up from idle, drift): two runs of unchanged code picked different
      triton_flash configs 4-8 % apart.
+`timed` (optional) narrows what 4 and 5 compile and time when nothing is forced: only the
+candidates it accepts (all of them if it accepts none). The others stay reachable by forcing
+(a YAML `config: {TMA: 0}` is matched against every candidate and times the matching ones):
+a kernel with a second form that measured as fast or faster wherever it runs times only that
+form's tiles by default, and keeps the first form for the shapes the second cannot take and
+for side-by-side runs.
 Every pick is logged for the harness (harness.tuning.record) with its source.
 """
 from __future__ import annotations
@@ -149,7 +156,8 @@ class Tuner:
         return tuple(vals)
 
     # -- picking -----------------------------------------------------------------------------
-    def pick(self, key: Hashable, candidates: Sequence, launch: Callable[[Any], None]):
+    def pick(self, key: Hashable, candidates: Sequence, launch: Callable[[Any], None],
+             timed: Callable[[Any], bool] | None = None):
         candidates = list(candidates)
         if not candidates:
             raise ValueError(f"{self.name}: no candidate configurations for {key!r}")
@@ -161,7 +169,7 @@ class Tuner:
                 cfg = self._forced_picks[fkey] = self._forced(key, candidates, launch, fixed)
             source = "forced"
         else:
-            cfg = self._best(key, candidates, launch)
+            cfg = self._best(key, candidates, launch, timed)
             source = self.sources.get(key)
         if source is None:  # compile-ahead: nothing was picked, nothing to record
             return cfg
@@ -195,7 +203,7 @@ class Tuner:
         raise ValueError(f"{self.name}: forced {_fmt(fixed)} fits no candidate "
                          f"({_fmt(merged)} breaks {self.violated(merged)})")
 
-    def _best(self, key, candidates, launch):
+    def _best(self, key, candidates, launch, timed: Callable[[Any], bool] | None = None):
         if key in self.best:
             return self.best[key]
         stored = tuning.stored_pick(self.name, key)
@@ -203,14 +211,17 @@ class Tuner:
             cfg = self.make(stored["config"], candidates[0])
             if cfg in candidates:  # the code's candidates may have changed since
                 return self._keep(key, cfg, stored.get("source") or "tuned")
-        if len(candidates) == 1 or not self.timing_enabled():
-            return self._keep(key, candidates[0],
-                              "interpreter" if interpreted() else "single")
+        # what is compiled and timed: the candidates `timed` accepts (all if none); untimed (the
+        # interpreter), the first candidate of all
+        pool = [c for c in candidates if timed(c)] if timed and self.timing_enabled() else []
+        pool = pool or candidates
+        if len(pool) == 1 or not self.timing_enabled():
+            return self._keep(key, pool[0], "interpreter" if interpreted() else "single")
         if tuning.compiling_only():  # compile-ahead: every candidate compiled, none timed or kept
-            launched = precompile(candidates, launch, initializer=_cuda_thread_initializer()) \
+            launched = precompile(pool, launch, initializer=_cuda_thread_initializer()) \
                 if self.precompile_enabled() else []
-            return (launched or candidates)[0]
-        cfg = self._tune(key, candidates, launch)
+            return (launched or pool)[0]
+        cfg = self._tune(key, pool, launch)
         self._keep(key, cfg, "tuned")
         tuning.remember(self.name, key, self.as_dict(cfg), "tuned")
         return cfg

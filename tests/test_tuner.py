@@ -6,7 +6,7 @@ from typing import NamedTuple
 import pytest
 
 from harness import tuning
-from kernels._tuner import Rule, Tuner, precompile
+from kernels._tuner import Rule, Tuner, interpreted, precompile
 
 FIELDS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
 CANDS = [(128, 64, 8, 3), (64, 64, 4, 3), (128, 128, 8, 2)]
@@ -244,3 +244,28 @@ def test_two_finalists_take_both_slots_equally_often_under_drift():
     t = flash_like(DriftingTuner, ms=ms)
     assert t.pick("k3", CANDS, lambda c: None) == CANDS[0]
     assert t.timed[3:] == [CANDS[1], CANDS[0], CANDS[0], CANDS[1]] * 2  # drift made B look first
+
+
+def test_timed_narrows_what_is_timed_and_forcing_still_reaches_every_candidate():
+    """`timed` chooses the candidates timed when nothing is forced (a second kernel form that
+    measured as fast everywhere it runs); a partial force matches all candidates and times the
+    matching ones; a predicate that accepts none times them all."""
+    cands = [(128, 64, 8, 3, 0), (64, 64, 4, 3, 0), (128, 64, 8, 3, 1), (64, 64, 4, 3, 1)]
+    fields = (*FIELDS, "TMA")
+    ms = {cands[0]: 0.5, cands[1]: 0.6, cands[2]: 1.0, cands[3]: 0.9}
+    t = CPUTuner("t.form", fields, configs=cands, ms=ms)
+    second = lambda c: c[-1] == 1  # noqa: E731
+    assert t.pick("k", cands, lambda c: None, timed=second) == cands[3]
+    assert set(t.timed) == {cands[2], cands[3]}  # the faster first-form configs were not timed
+    t.timed.clear()
+    with tuning.forcing({"t.form": {"TMA": 0}}), tuning.recording() as log:
+        assert t.pick("k", cands, lambda c: None, timed=second) == cands[0]
+    assert set(t.timed) == {cands[0], cands[1]} and log.source() == "forced"
+    t2 = CPUTuner("t.form2", fields, configs=cands, ms=ms)
+    assert t2.pick("k", cands[:2], lambda c: None, timed=second) == cands[0]  # none accepted
+    t3 = CPUTuner("t.form3", fields, configs=cands, ms=ms)
+    assert t3.pick("k", cands[:3], lambda c: None, timed=second) == cands[2]  # one: untimed
+    assert t3.timed == [] and t3.sources["k"] == ("interpreter" if interpreted() else "single")
+    # untimed (the interpreter): the first candidate of all, as before
+    assert Tuner("t.form4", fields, configs=cands).pick("k", cands, lambda c: None,
+                                                        timed=second) == cands[0]

@@ -31,7 +31,7 @@ import triton.language as tl
 
 from kernels._common import Rule, Tuner, interpreted
 from kernels.attention.flash_fwd import (FIELDS, LOG2E, _cast, _mma, _query_tile,
-                                         interp_bf16_flag)
+                                         interp_bf16_flag, uses_tma)
 
 # (BLOCK_M1, BLOCK_N1, num_warps, num_stages) for dK/dV; (BLOCK_M2, BLOCK_N2, ...) for dQ.
 # D=128: the forced-config grids on an H200 at B=4 N=4096, fp16 (experiments/tune/
@@ -80,9 +80,13 @@ def bwd_tuners(prefix: str, tma_field: bool = False) -> tuple[Tuner, Tuner]:
     return dkdv, dq
 
 
-# triton_flash's: pointer and TMA kernels, timed side by side where N allows TMA (on an H200
-# the TMA backward measured 1.02-1.14x the pointer one at every shape of
-# experiments/flash_bwd_tma.yaml; ragged N keeps the pointer kernels)
+# triton_flash's: pointer and TMA kernels; where N allows TMA the Tuners time only the TMA
+# configs (flash_fwd.uses_tma), ragged N and a YAML `{TMA: 0}` the pointer ones. On an H200 the
+# TMA backward measured 1.02-1.14x the pointer one at every shape of
+# experiments/flash_bwd_tma.yaml (run ...-ca53); with the Tuners timing both forms, the
+# backward ran at 0.99-1.05x the speed of the TMA form alone (geo-mean 1.02x, run ...-ee8f),
+# where they picked TMA for both kernels at every D=128 shape: twice the candidates to compile
+# and time, for a difference within the two impls' pick noise.
 _dkdv_tuner, _dq_tuner = bwd_tuners("attention.flash_bwd", tma_field=True)
 
 
@@ -260,8 +264,8 @@ def flash_backward(q, k, v, o, lse, do, causal: bool,
     q, k, v, o, do: (B, H, N, D); lse: (B, H, N) fp32, base 2, from flash_forward.
     Configs (BLOCK_M, BLOCK_N, num_warps, num_stages[, TMA]) force a launch configuration
     (TMA 0, the default: pointer loads; 1: flash_bwd_tma.py's kernel); otherwise the Tuner picks
-    each kernel's per (B, H, N, D, causal, dtype) among the pointer configs and, where N allows,
-    the TMA ones.
+    each kernel's per (B, H, N, D, causal, dtype) among the TMA configs where N allows them,
+    else among the pointer ones.
     """
     from kernels.attention import flash_bwd_tma  # it imports this module
 
@@ -304,10 +308,11 @@ def flash_backward(q, k, v, o, lse, do, causal: bool,
     if dkdv_config is None:
         cands = [(*c, 0) for c in _configs(DKDV_CONFIGS, SMALL_D_DKDV, INTERPRETER_DKDV, D)]
         dkdv_config = _dkdv_tuner.pick(("dkdv", *key), cands + [(*c, 1) for c in tma_dkdv],
-                                       launch_dkdv)
+                                       launch_dkdv, timed=uses_tma)
     if dq_config is None:
         cands = [(*c, 0) for c in _configs(DQ_CONFIGS, SMALL_D_DQ, INTERPRETER_DQ, D)]
-        dq_config = _dq_tuner.pick(("dq", *key), cands + [(*c, 1) for c in tma_dq], launch_dq)
+        dq_config = _dq_tuner.pick(("dq", *key), cands + [(*c, 1) for c in tma_dq], launch_dq,
+                                   timed=uses_tma)
     dkdv_config, dq_config = (tuple(c) if len(c) == 5 else (*c, 0)
                               for c in (dkdv_config, dq_config))
     if dkdv_config[1] % dkdv_config[0] or dq_config[0] % dq_config[1]:

@@ -43,9 +43,12 @@ INTERPRETER_CONFIG = (32, 16, 4, 1)
 FIELDS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
 # The forward's Tuner has one more field, TMA: 0 is this file's kernel (pointer loads, masked
 # tails, any N), 1 flash_fwd_tma.py's (Hopper TMA descriptors; N a multiple of the query tile).
-# Where the shape allows both, the Tuner times both forms' configs and keeps the faster: on an
-# H200 the TMA form measured 0.95-1.14x the pointer form's forward depending on the shape
-# (experiments/flash_tma.yaml), so neither wins everywhere.
+# Both forms' configs are candidates; where N allows TMA the Tuner times only the TMA ones
+# (`timed`), and a YAML `config: {TMA: 0}` still times the pointer ones. On an H200, with the
+# Tuner timing both forms, triton_flash ran at 0.96-1.04x the speed of the TMA form alone over
+# the 16 shapes of experiments/flash_tma.yaml (geo-mean 1.00x, run ...-d4bf): twice the
+# candidates to compile and time for no gain. The TMA form alone measured 0.95-1.14x the
+# pointer form (run ...-1554).
 FWD_FIELDS = (*FIELDS, "TMA")
 # what a YAML config may force (harness variants): the values above plus tile sizes tl.dot takes
 _tuner = Tuner("attention.flash_fwd", FWD_FIELDS,
@@ -205,6 +208,12 @@ def configs_for(D: int) -> list[tuple[int, int, int, int]]:
     return FWD_CONFIGS.get(D, SMALL_D_CONFIGS)
 
 
+def uses_tma(cfg: tuple) -> bool:
+    """A (..., TMA) candidate of the folded Tuners is the TMA form (what they time by default
+    where N allows it)."""
+    return cfg[-1] == 1
+
+
 def interp_bf16_flag(dtype: torch.dtype) -> bool:
     """The INTERP_BF16 kernel flag: bf16 in the CPU interpreter (see _mma, _cast)."""
     return interpreter_bf16(dtype)
@@ -217,8 +226,8 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
 
     `config` = (BLOCK_M, BLOCK_N, num_warps, num_stages[, TMA]) forces one launch
     configuration (TMA 0, the default: pointer loads; 1: the TMA kernel); otherwise the Tuner
-    picks per (B, H, N, D, causal, dtype) among the pointer configs and, where N allows, the
-    TMA ones.
+    picks per (B, H, N, D, causal, dtype) among the TMA configs where N allows them, else among
+    the pointer ones.
     """
     from kernels.attention import flash_fwd_tma  # it imports this module
 
@@ -248,7 +257,8 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
         cands = [(*c, 0) for c in configs_for(D)]
         if tma_ok:
             cands += [(*c, 1) for c in flash_fwd_tma.configs_for(D, N)]
-        config = _tuner.pick(("fwd", B, H, N, D, causal, q.dtype), cands, launch)
+        config = _tuner.pick(("fwd", B, H, N, D, causal, q.dtype), cands, launch,
+                             timed=uses_tma)
     elif len(config) == 4:
         config = (*config, 0)
     if config[0] % config[1]:

@@ -10,11 +10,11 @@ Eager torch writes the pre-activation and reads it back (2·M·N more); the fuse
 applies bias and GELU to the fp32 accumulator before its only store.
 
 Implementations: torch (F.linear then F.gelu), torch_compile (by default cuBLAS for the matmul
-and a generated kernel for the GELU), triton (its Tuner times two forms and keeps the faster:
-pointer loads, kernels/linear_gelu/triton_matmul.py, and where K and N allow, the persistent TMA
-kernel; a YAML `config: {TMA: 0}` forces the pointer form), triton_tma (the persistent TMA form
-alone, operands through Hopper's TMA: triton_matmul_tma.py; needs K and N multiples of 8 in
-fp16/bf16).
+and a generated kernel for the GELU), triton (two forms behind its Tuner's TMA field: the
+persistent TMA kernel where K and N allow it, else pointer loads, kernels/linear_gelu/
+triton_matmul.py; a YAML `config: {TMA: 0}` forces the pointer form), triton_tma (the TMA form
+through its own Tuner, operands through Hopper's TMA: triton_matmul_tma.py; needs K and N
+multiples of 8 in fp16/bf16).
 """
 from __future__ import annotations
 
@@ -100,8 +100,8 @@ def linear_gelu_compile(x, w, b, approximate="none"):
 @op.impl("triton", backend="triton", accepts_out=True, expected_kernels=1,
          tuners=triton_matmul._tuner)
 def linear_gelu_triton(x, w, b, approximate="none", out=None):
-    """Triton matmul (grouped order, fp32 acc) with bias + GELU fused into the epilogue; the
-    Tuner's pick of the pointer and the persistent TMA form (TMA field)"""
+    """Triton matmul (grouped order, fp32 acc) with bias + GELU fused into the epilogue: the
+    persistent TMA form where K and N allow it, else pointer loads (TMA field)"""
     return triton_matmul.matmul_bias_act(x, w, b, act=ACT[approximate], out=out)
 
 

@@ -12,11 +12,12 @@ problem shape. The loads are plain masked pointer loads (no TMA/tensor descripto
 same source runs on Triton 3.6 (GPU box) and 3.9 (CI interpreter).
 
 `matmul_bias_act` is also the entry to the persistent TMA form (triton_matmul_tma.py): its
-Tuner has a field TMA (0: this file's kernel, any strides; 1: the TMA kernel, where K and N
-allow it) and, where the shape allows both, times both forms' configs and keeps the faster. On
-an H200 the TMA form measured 1.02-1.21x torch.compile at the Llama MLP shapes where this
-kernel measured 0.83-0.98x (experiments/linear_gelu.yaml), so the default impls get it without
-giving up the pointer kernel where TMA cannot run.
+Tuner has a field TMA (0: this file's kernel, any strides; 1: the TMA kernel, where K, N and
+the operands allow it). Both forms' configs are candidates; where TMA can run the Tuner times
+only the TMA ones (`timed`), elsewhere the pointer ones, and a YAML `config: {TMA: 0}` times
+the pointer ones anyway. On an H200 the TMA form measured 1.02-1.21x torch.compile at the
+Llama MLP shapes where this kernel measured 0.83-0.98x (experiments/linear_gelu.yaml, run
+...-a535), and it was faster in every mlp.yaml case too (run ...-a62e).
 
 Traffic per tile: read BLOCK_M x K of A and BLOCK_N x K of W (mostly L2 hits thanks to the
 grouping); write BLOCK_M x BLOCK_N of C once.
@@ -196,9 +197,9 @@ def matmul_bias_act(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None 
                     config: MatmulConfig | None = None) -> torch.Tensor:
     """act(a @ w^T + bias): a (M, K), w (N, K), bias (N,) or None -> (M, N) in a's dtype.
 
-    The Tuner picks per shape among the pointer configs and, where the operands allow TMA
-    (`tma_refusal`), the TMA kernel's. `config` forces a MatmulConfig instead (benchmarks,
-    tests; `tma=1` the TMA kernel).
+    The Tuner picks per shape among the TMA kernel's configs where the operands allow TMA
+    (`tma_refusal`), else among the pointer ones. `config` forces a MatmulConfig instead
+    (benchmarks, tests; `tma=1` the TMA kernel).
     """
     M, N, K = check_operands(a, w, bias, act)
     c = torch.empty((M, N), device=a.device, dtype=a.dtype) if out is None else out
@@ -209,7 +210,8 @@ def matmul_bias_act(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None 
     if config is None:
         key = (M, N, K, a.dtype, act, bias is not None)
         config = _tuner.pick(key, candidates(a, w, c),
-                             lambda cfg: launch(a, w, bias, c, act, cfg))
+                             lambda cfg: launch(a, w, bias, c, act, cfg),
+                             timed=lambda cfg: cfg.tma == 1)
     launch(a, w, bias, c, act, config)
     return c
 

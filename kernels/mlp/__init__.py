@@ -11,8 +11,8 @@ Implementations
 - torch_compile: default mode (cuBLAS matmuls, GELU in a generated pointwise kernel).
 - triton: two kernels — up-proj with bias + GELU in the epilogue (the pre-activation never
   reaches HBM), then down-proj with bias; h (M x H) is written once and read once. Each is
-  the Tuner's pick of the pointer-load matmul and, where D and H allow, the persistent TMA one
-  (`config: {TMA: 0}` forces the pointer form).
+  the persistent TMA matmul where D and H allow it, else the pointer-load one (the Tuner's TMA
+  field; `config: {TMA: 0}` forces the pointer form).
 - triton_tma: the same two kernels, each always the persistent TMA matmul
   (kernels/linear_gelu/triton_matmul_tma.py); needs D and H multiples of 8 in fp16/bf16.
 - triton_fused: one kernel, only for D <= 256: h never leaves the chip. Fusion here trades
@@ -112,7 +112,7 @@ def mlp_compile(x, w1, b1, w2, b2, approximate="none"):
          tuners=triton_matmul._tuner)
 def mlp_triton(x, w1, b1, w2, b2, approximate="none", out=None):
     """Triton: up-proj with bias+GELU epilogue, then down-proj with bias epilogue; each matmul
-    the Tuner's pick of the pointer and the persistent TMA form (TMA field)"""
+    the persistent TMA form where D and H allow it, else pointer loads (TMA field)"""
     return triton_mlp.mlp_two_kernels(x, w1, b1, w2, b2, act=ACT[approximate], out=out)
 
 

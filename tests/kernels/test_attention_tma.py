@@ -119,18 +119,21 @@ def test_backward_tile_rule():
 # -- triton_flash: the pointer and TMA forms behind one Tuner field (TMA: 0 / 1) -----------------
 
 class _Candidates:
-    """Records the candidates a Tuner is offered (and picks the first, as the interpreter)."""
+    """Records the candidates a Tuner is offered and, per call, those its `timed` predicate
+    would time on a GPU (all when it has none); picks as the interpreter does."""
 
     def __init__(self, tuner):
-        self.tuner, self.seen = tuner, []
+        self.tuner, self.seen, self.timed = tuner, [], []
 
     def __enter__(self):
         orig = self.tuner.pick
         self._orig = orig
 
-        def pick(key, candidates, launch):
+        def pick(key, candidates, launch, timed=None):
             self.seen.append(list(candidates))
-            return orig(key, candidates, launch)
+            self.timed.append([c for c in candidates if timed is None or timed(c)]
+                              or list(candidates))  # the Tuner's rule: none accepted -> all
+            return orig(key, candidates, launch, timed=timed)
 
         self.tuner.pick = pick
         return self
@@ -141,7 +144,8 @@ class _Candidates:
 
 def test_default_impl_offers_both_forms_where_n_allows():
     """triton_flash's Tuners get the pointer configs (TMA=0) first and, where N is a multiple
-    of the TMA tiles, the TMA configs (TMA=1); for ragged N only the pointer ones."""
+    of the TMA tiles, the TMA configs (TMA=1), which are then the ones timed; for ragged N only
+    the pointer ones."""
     from kernels.attention import flash_bwd, flash_fwd
     from kernels.attention.flash import flash_attention
 
@@ -154,6 +158,8 @@ def test_default_impl_offers_both_forms_where_n_allows():
         for rec in (fwd, dkdv, dq):
             forms = [c[-1] for c in rec.seen[0]]
             assert forms[0] == 0 and (1 in forms) == want_tma, (N, forms)
+            timed = {c[-1] for c in rec.timed[0]}
+            assert timed == ({1} if want_tma else {0}), (N, timed)
     assert flash_fwd._tuner.fields[-1] == "TMA" and flash_bwd._dkdv_tuner.fields[-1] == "TMA"
 
 

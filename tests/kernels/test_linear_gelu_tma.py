@@ -104,8 +104,8 @@ def test_one_program_short_fails():
 
 def test_default_impl_offers_both_forms_where_tma_allows():
     """matmul_bias_act's Tuner gets the pointer configs (TMA=0) first and, where K and N allow
-    TMA and the operands are contiguous, the TMA kernel's (TMA=1); otherwise only the pointer
-    ones."""
+    TMA and the operands are contiguous, the TMA kernel's (TMA=1), the ones it then times;
+    otherwise only the pointer ones."""
     from kernels.linear_gelu import triton_matmul as tm
     from test_attention_tma import _Candidates
 
@@ -118,6 +118,8 @@ def test_default_impl_offers_both_forms_where_tma_allows():
     forms = [[c.tma for c in cands] for cands in rec.seen]
     assert [f[0] for f in forms] == [0, 0, 0]
     assert [1 in f for f in forms] == [True, False, False], forms
+    # timed on a GPU: the TMA configs where they are offered, else the pointer ones
+    assert [{c.tma for c in cands} for cands in rec.timed] == [{1}, {0}, {0}]
     assert tm._tuner.fields[-2:] == ("EPI_SPLIT", "TMA")
     assert tm.tma_refusal(odd_x, odd_w, torch.empty(24, 48, dtype=torch.float16)).startswith(
         "TMA needs row strides")
