@@ -54,3 +54,14 @@ def test_the_driver_process_does_the_same(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, check=True, text=True,
                          capture_output=True).stdout.split()
     assert out == [str(tmp_path / "kernel-lab" / "pycache"), "False"]
+
+
+def test_worker_env_pins_one_triton_cache(monkeypatch, tmp_path):
+    """Every worker gets TRITON_CACHE_DIR set (Triton's own default unless the user set one):
+    unset, a worker's first torch.compile kernel moves Triton's cache to Inductor's folder for
+    the rest of the process, and the check pass missed what compile-ahead had compiled."""
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    monkeypatch.setenv("TRITON_HOME", str(tmp_path))
+    assert worker_env("cpu")["TRITON_CACHE_DIR"] == str(tmp_path / ".triton" / "cache")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "mine"))
+    assert worker_env("cpu")["TRITON_CACHE_DIR"] == str(tmp_path / "mine")

@@ -33,6 +33,12 @@ class Interrupted(Exception):
     pass
 
 
+def triton_cache_dir() -> str:
+    """Triton's own default kernel cache folder ($TRITON_HOME or ~, then .triton/cache)."""
+    home = os.environ.get("TRITON_HOME") or os.path.expanduser("~")
+    return os.path.join(home, ".triton", "cache")
+
+
 def worker_env(device: str, gpu: int | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] +
@@ -41,6 +47,13 @@ def worker_env(device: str, gpu: int | None = None) -> dict[str, str]:
     # Inductor compiles in-process: a worker compiles a few small graphs, and starting its
     # pool of compile processes cost more than that in every worker (benchmarks/compile_probe.py)
     env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    # One Triton kernel cache for every worker, from its first compile to its last. Unset,
+    # Triton uses ~/.triton/cache until the worker's first torch.compile kernel, whose
+    # CachingAutotuner then sets TRITON_CACHE_DIR to Inductor's own triton/<device> folder for
+    # the rest of the process: the compile-ahead workers and the check pass each switched at a
+    # different case, so the check pass recompiled half of what compile-ahead had built (on an
+    # H200, 2-3 s for each of 5 of triton_flash's 8 kernel classes in flash.yaml's check pass).
+    env.setdefault("TRITON_CACHE_DIR", triton_cache_dir())
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
     if gpu is not None:  # the worker sees exactly one GPU, and records which one it was

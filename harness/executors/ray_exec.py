@@ -20,7 +20,7 @@ from pathlib import Path
 from harness import store
 from harness.errors import HarnessError
 from harness.executors.base import Executor
-from harness.executors.process import MEASURE_PASSES, PROJECT_ROOT, todo
+from harness.executors.process import MEASURE_PASSES, PROJECT_ROOT, todo, worker_env
 from harness.executors.schedule import shard
 
 MAX_ROUNDS = 3
@@ -57,7 +57,7 @@ def _task(files: dict[str, bytes], case_ids: list[str], device: str,
         log = store.raw_dir(run_dir, "logs") / "measure.log"
         env = None
         if gpu is not None:  # Ray already set CUDA_VISIBLE_DEVICES for the task
-            env = {**os.environ, "HARNESS_GPU": str(gpu), "PYTHONUNBUFFERED": "1"}
+            env = {**worker_env(device), "HARNESS_GPU": str(gpu)}
         run_shard(run_dir, case_ids, device=device, limits=limits, log_path=log,
                   on_event=lambda ev: None, env=env)
         records = {p: [r for r in store.read_parts(run_dir, p) if r["case_id"] in case_ids]
