@@ -110,7 +110,8 @@ def test_a_few_quiet_aa_pairs_raise_the_floor_but_never_lower_it(tmp_path):
     f = noise.learn_floor([tmp_path], GPU_ENV)
     assert (f.source, f.value, f.n_pairs, f.n_cases) == ("default", 0.07, 5, 60)
     assert re.fullmatch(r"default floor 7% \(learned \d\.\d% from 5 A/A pairs with 60 cases in "
-                        r".*; lowers the default from 200 cases\)", f.text)
+                        r".*; lowers the default from 200 cases\); 15% for library and "
+                        r"torch.compile impls", f.text)
     noisy = tmp_path / "noisy"
     aa_store(noisy, runs=6, jitter=0.04)  # a noisier machine: the floor goes up at once
     g = noise.learn_floor([noisy], GPU_ENV)
@@ -134,7 +135,7 @@ def test_what_is_not_an_aa_pair(tmp_path):
     f = noise.learn_floor([tmp_path], GPU_ENV)
     assert f.source == "default" and f.n_pairs == 1
     assert f.text.endswith("1 A/A pair with 12 cases in " + str(tmp_path) + "/; needs 2 pairs "
-                           "and 50 cases)")
+                           "and 50 cases); 15% for library and torch.compile impls")
     # a dirty tree, another GPU, another spec, an interrupted run: none of them pair up
     write_run(tmp_path, minutes=30, medians=medians(), env={**GPU_ENV, "git_dirty": True})
     write_run(tmp_path, minutes=31, medians=medians(), env={**GPU_ENV, "gpu_name": "NVIDIA B200"})
@@ -227,3 +228,27 @@ def test_a_noisier_implementation_gets_its_own_floor_from_its_aa_cases(tmp_path)
     t = compare_runs(a, b).time
     assert set(t[t.impl == "triton"].mark) <= {"same", "ambiguous"}
     assert set(t[t.impl == "torch"].mark) == {"slower"}
+
+
+def test_library_and_compile_peers_get_the_wider_default_until_a_floor_is_learned(tmp_path):
+    """A fresh store: torch.compile (Inductor autotunes per process) moving 12 % between two
+    runs of unchanged code is "same" under the peers' 15 % default, while our Triton kernel's
+    real 10 % change is still marked at 7 %; once A/A runs teach the machine's floor, that
+    floor applies to every impl."""
+    meds = {**medians(), **{f"torch_compile/{n}": n / 1000 for n in SHAPES}}
+    moved = {k: v * (1.12 if k.startswith("torch_compile/") else
+                     1.10 if k == "triton/1024" else 1.0) for k, v in meds.items()}
+    a = write_run(tmp_path, minutes=0, medians=meds, seed=1)
+    b = write_run(tmp_path, minutes=5, medians=moved, seed=2, spec_hash="other")
+    c = compare_runs(a, b)
+    t = c.time.set_index("cand_case_id")
+    assert set(t[t.impl == "torch_compile"].mark) == {"same"}, t[["mark", "text"]]
+    assert (t[t.impl == "torch_compile"].threshold >= 0.15).all()
+    assert t.loc[case_id("triton", 1024)].mark == "slower"
+    assert c.floor.for_impl("sdpa_cudnn", "library") == 0.15
+    assert c.floor.for_impl("triton", "triton") == 0.07
+    assert "15% for library and torch.compile impls" in c.floor.text
+    aa = aa_store(tmp_path / "aa", runs=6, jitter=0.03)  # a learned floor (above the default)
+    f = noise.floor_for(*aa)
+    assert f.source == "learned" and f.peer == 0.0
+    assert f.for_impl("torch_compile", "compile") == f.value

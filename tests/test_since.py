@@ -329,14 +329,17 @@ def test_resume_of_a_complete_run_pairs_it_again(tmp_path):
     assert store.load_manifest(this)["against"]["how"] == "none"
 
 
-def test_the_block_says_which_changes_the_clock_explains_on_a_real_h200_aa_pair():
+def test_the_block_on_a_real_h200_aa_pair_is_quiet():
     """The second run of a real H200 A/A pair (tests/fixtures/runs/README.md): nothing beyond
-    noise, and the one mark the SM clock's move explains is said, not hidden."""
+    noise. sdpa_cudnn D=64 N=16384 bf16 moved 1.12x with its SM clock; under the peers' 15%
+    default it is "same" (a library's kernel; test_compare checks the clock rule on this pair
+    at 7%), and triton_flash's one ambiguous case names its clock move."""
     from harness.analysis.since import since_data, since_lines
 
     root = Path(__file__).parent / "fixtures" / "runs"
     lines = since_lines(since_data(root / "20261123T111637Z-flash-attention-fwd-093a"))
     assert lines[0].startswith("since 20261123T111534Z-flash-attention-fwd-c462 (auto)")
-    assert ("not credited, the SM clock explains 1 change: sdpa_cudnn B=1 D=64 H=16 N=16384 "
-            "causal=false mode=fwd bf16 (1.12x slower, SM clock 1935 → 1718 MHz)") in lines
-    assert lines[-1].startswith("no change beyond noise in 80 pairs (77 same, 3 ambiguous;")
+    assert not any("the SM clock explains" in line for line in lines)
+    assert "  sdpa_cudnn: 1.01x over 40 cases: 40 same" in lines
+    assert lines[-1].startswith("no change beyond noise in 80 pairs (79 same, 1 ambiguous;")
+    assert lines[-1].endswith("15% for library and torch.compile impls)")

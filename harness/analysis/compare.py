@@ -265,6 +265,18 @@ def _is_correct(row: dict) -> bool:
     return row.get("status") == "ok" and (bool(pd.isna(c)) or bool(c))
 
 
+def impl_backend(op: str, impl: str, base_impl=None) -> str | None:
+    """The registered backend of an implementation (a config variant's: its base impl's), or
+    None where this process does not register it (the noise floor then treats it as ours)."""
+    from harness.registry import get_op
+
+    name = base_impl if isinstance(base_impl, str) and base_impl else impl
+    try:
+        return get_op(op).get_impl(name).backend
+    except Exception:  # an op or impl this checkout does not have
+        return None
+
+
 def _cases(run_dir: Path) -> pd.DataFrame:
     from harness.analysis.summary import summary_frame
 
@@ -345,7 +357,9 @@ def compare_runs(base_dir, cand_dir, *, allow_incomparable: bool = False,
                        mark="missing", text=f"missing (no samples in the {side} run)",
                        threshold=math.nan, clock_explained=False)
         else:
-            band = noisemod.threshold(floor.for_impl(r["impl"]), xb, xc)
+            band = noisemod.threshold(
+                floor.for_impl(r["impl"], impl_backend(r["op"], r["impl"], rc.get("base_impl"))),
+                xb, xc)
             d = compare_samples(xb, xc, noise=band, alpha=alpha)
             mark, text = d.mark, d.change_text()
             k = clock_ratio(rb, rc)
