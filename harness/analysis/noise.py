@@ -26,11 +26,12 @@ wolf on the one or hides real changes of the other. The machine's floor is for t
 
 Until the machine's floor is learned, implementations whose kernels are chosen per process by
 someone else (PEER_BACKENDS: a library's heuristics, as SDPA's cuDNN; torch.compile's Inductor,
-which autotunes on the first call) get the larger PEER_DEFAULT_FLOOR: in three A/A pairs of
-flash.yaml on one H200 (unchanged code, 56 case pairs each) sdpa_cudnn moved up to 1.13x and
-torch_compile 1.12x, while every triton and eager-torch case stayed within the 7 % default or
-was explained by the SM clock. Our own kernels keep the tighter default, so a real 10 % change
-of a Triton kernel is still marked in a fresh store.
+which autotunes on the first call) get the larger PEER_DEFAULT_FLOOR: in A/A pairs of
+flash.yaml's N=4096 cases on one H200 (unchanged code, 56 case pairs each) sdpa_cudnn moved up
+to 1.13x and torch_compile, its graphs seeded at one shape, up to 1.12x, while every triton and
+eager-torch case stayed within the 7 % default or was explained by the SM clock. Our own kernels
+keep the tighter default, so a real 10 % change of a Triton kernel is still marked in a fresh
+store.
 
 Ratios and thresholds are fractions (0.05 = 5 %); a threshold t is symmetric in log space: the
 band is [1/(1+t), 1+t].
