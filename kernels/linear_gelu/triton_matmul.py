@@ -154,11 +154,11 @@ dot_needs_f32 = interpreter_bf16  # bf16 tiles are upcast for tl.dot in the inte
 
 def launch(a, w, bias, c, act: str, cfg: MatmulConfig) -> None:
     """One launch: c (M, N) = act(a (M, K) @ w (N, K)^T + bias (N,) or no bias); cfg.tma=1
-    launches the persistent TMA kernel (its operands must satisfy `tma_refusal`)."""
+    launches the persistent TMA kernel (its operands must pass triton_matmul_tma.tma_refusal)."""
     if cfg.tma:
         from kernels.linear_gelu import triton_matmul_tma as tmt  # it imports this module
 
-        why = tma_refusal(a, w, c)
+        why = tmt.tma_refusal(a, w, c)
         if why:
             raise ValueError(f"config {cfg.label()}: TMA=1, but {why}")
         return tmt.launch(a, w, bias, c, act, tmt.TmaConfig(*cfg[:7]),
@@ -198,8 +198,8 @@ def matmul_bias_act(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None 
     """act(a @ w^T + bias): a (M, K), w (N, K), bias (N,) or None -> (M, N) in a's dtype.
 
     The Tuner picks per shape among the TMA kernel's configs where the operands allow TMA
-    (`tma_refusal`), else among the pointer ones. `config` forces a MatmulConfig instead
-    (benchmarks, tests; `tma=1` the TMA kernel).
+    (triton_matmul_tma.tma_refusal), else among the pointer ones. `config` forces a
+    MatmulConfig instead (benchmarks, tests; `tma=1` the TMA kernel).
     """
     M, N, K = check_operands(a, w, bias, act)
     c = torch.empty((M, N), device=a.device, dtype=a.dtype) if out is None else out
@@ -216,29 +216,12 @@ def matmul_bias_act(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None 
     return c
 
 
-def tma_refusal(a: torch.Tensor, w: torch.Tensor, c: torch.Tensor) -> str | None:
-    """Why the TMA kernel cannot take these operands as they are (descriptors need contiguous
-    rows whose strides are multiples of 16 bytes, 16-byte aligned bases), or None."""
-    from kernels.linear_gelu import triton_matmul_tma as tmt
-
-    why = tmt.tma_unsupported({"K": a.shape[1], "N": w.shape[0]}, a.dtype)
-    if why:
-        return why
-    if a.dtype not in tmt.TL_DTYPES:
-        return f"dtype must be one of float16, bfloat16, float32, got {a.dtype}"
-    bad = [n for n, t in (("a", a), ("w", w), ("out", c)) if not t.is_contiguous()]
-    if bad:
-        return f"{', '.join(bad)} not contiguous"
-    odd = [n for n, t in (("a", a), ("w", w), ("out", c)) if t.data_ptr() % 16]
-    return f"{', '.join(odd)} not 16-byte aligned" if odd else None
-
-
 def candidates(a: torch.Tensor, w: torch.Tensor, c: torch.Tensor) -> list[MatmulConfig]:
     """The Tuner's candidates for these operands: the pointer configs, then the TMA kernel's
-    where `tma_refusal` allows (the first is the interpreter's untimed choice)."""
+    where triton_matmul_tma.tma_refusal allows (the first is the interpreter's untimed choice)."""
     from kernels.linear_gelu import triton_matmul_tma as tmt
 
     cands = list(CONFIGS)
-    if tma_refusal(a, w, c) is None:
+    if tmt.tma_refusal(a, w, c) is None:
         cands += [MatmulConfig(*t, tma=1) for t in tmt.configs()]
     return cands

@@ -147,6 +147,21 @@ def tma_unsupported(dims: dict[str, int], dtype: torch.dtype) -> str | None:
     return None
 
 
+def tma_refusal(a: torch.Tensor, w: torch.Tensor, c: torch.Tensor) -> str | None:
+    """Why this kernel cannot take these operands as they are (descriptors need contiguous rows
+    whose strides are multiples of 16 bytes, 16-byte aligned bases), or None."""
+    why = tma_unsupported({"K": a.shape[1], "N": w.shape[0]}, a.dtype)
+    if why:
+        return why
+    if a.dtype not in TL_DTYPES:
+        return f"dtype must be one of float16, bfloat16, float32, got {a.dtype}"
+    bad = [n for n, t in (("a", a), ("w", w), ("out", c)) if not t.is_contiguous()]
+    if bad:
+        return f"{', '.join(bad)} not contiguous"
+    odd = [n for n, t in (("a", a), ("w", w), ("out", c)) if t.data_ptr() % 16]
+    return f"{', '.join(odd)} not 16-byte aligned" if odd else None
+
+
 def configs() -> tuple[TmaConfig, ...]:
     """Candidates for the Tuner (the first is the untimed default)."""
     return (INTERPRETER_CONFIG,) if interpreted() else CONFIGS
@@ -177,13 +192,11 @@ def matmul_bias_act_tma(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | N
     """act(a @ w^T + bias) through TMA: a (M, K), w (N, K), bias (N,) or None -> (M, N) in a's
     dtype. `config` forces a TmaConfig instead of the tuned one."""
     M, N, K = check_operands(a, w, bias, act)
-    why = tma_unsupported({"K": K, "N": N}, a.dtype)
-    if why:
-        raise ValueError(why)
-    if a.dtype not in TL_DTYPES:
-        raise ValueError(f"dtype must be one of float16, bfloat16, float32, got {a.dtype}")
     a, w = a.contiguous(), w.contiguous()
     c = torch.empty((M, N), device=a.device, dtype=a.dtype) if out is None else out
+    why = tma_refusal(a, w, c)
+    if why:
+        raise ValueError(why)
     if M == 0 or N == 0:
         return c
     if K == 0:

@@ -121,7 +121,7 @@ def test_default_impl_offers_both_forms_where_tma_allows():
     # timed on a GPU: the TMA configs where they are offered, else the pointer ones
     assert [{c.tma for c in cands} for cands in rec.timed] == [{1}, {0}, {0}]
     assert tm._tuner.fields[-2:] == ("EPI_SPLIT", "TMA")
-    assert tm.tma_refusal(odd_x, odd_w, torch.empty(24, 48, dtype=torch.float16)).startswith(
+    assert tmt.tma_refusal(odd_x, odd_w, torch.empty(24, 48, dtype=torch.float16)).startswith(
         "TMA needs row strides")
 
 
