@@ -42,6 +42,10 @@ class Param:
     choices: tuple | None = None
     default: Any = None
     help: str = ""
+    # True: the value only scales the problem (batch, rows, sequence length); every value runs
+    # the same compiled kernels, so compile-ahead compiles a class of cases (the other params
+    # and the dtype equal) in one worker. A hint for scheduling, never for correctness.
+    size: bool = False
 
     def type_name(self) -> str:
         return {int: "integer", bool: "boolean", float: "number", str: "string"}[self.type]

@@ -120,7 +120,7 @@ class Runner(ProfilerPasses):
         if (self.device != "cuda" or not self.exp.timing.compile_ahead
                 or self.executor.kind not in ("local", "gpus") or not check_ids):
             return
-        from harness.executors.warm import compile_ahead, warm_cases
+        from harness.executors.warm import compile_ahead, compile_units, warm_cases
 
         ids, skipped = warm_cases(self.run_dir, self.op, check_ids)
         out = {"workers": 0, "cases": 0, "wall_s": 0.0}
@@ -137,7 +137,8 @@ class Runner(ProfilerPasses):
 
             out = compile_ahead(self.run_dir, ids, device=self.device, limits=limits,
                                 gpus=getattr(self.executor, "gpus", None) or [None],
-                                on_event=on_event)
+                                on_event=on_event,
+                                units=compile_units(self.run_dir, self.op, ids))
             progress.update(task, description="compile", completed=len(ids))
         if out["workers"]:
             self.pass_wall["compile"] = out["wall_s"]

@@ -26,6 +26,7 @@ time are persisted in the run dir (store.save_tuner_picks) and loaded by every l
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -187,11 +188,26 @@ class Worker:
             if 0 < frac < 1:
                 torch.cuda.set_per_process_memory_fraction(frac)
             self.warm_capped = True
-        fn, _ = self._prepare(impl, params, dtype, case_id)
-        with tuning.compile_only():
-            fn()
-        self._sync()
-        return {"status": "ok"}
+        for attempt in (0, 1):
+            try:
+                fn, _ = self._prepare(impl, params, dtype, case_id)
+                with tuning.compile_only():
+                    fn()
+                self._sync()
+                return {"status": "ok"}
+            except Exception as exc:
+                if attempt or type(exc).__name__ != "OutOfMemoryError":
+                    raise
+            # out of this worker's share of memory: what torch's allocator keeps cached from
+            # earlier cases counts against it; hand that back (the failed call's tensors are
+            # gone with its exception) and try once more
+            fn = None
+            gc.collect()
+            if self.device == "cuda":
+                import torch
+
+                torch.cuda.empty_cache()
+        raise AssertionError("unreachable")
 
     def _clock_probe(self):
         """An NVML reading of this worker's GPU's SM clock (None without NVML)."""

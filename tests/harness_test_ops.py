@@ -165,3 +165,21 @@ def warm_tuned(x):
 def warm_hang(x):
     while True:  # a compile that never ends
         time.sleep(1)
+
+
+class OutOfMemoryError(RuntimeError):
+    """Named like torch's: the first call of `warm_oom` in a process raises it."""
+
+
+_OOM_SEEN: list[bool] = []
+
+
+@op.impl("warm_oom", backend="compile")
+def warm_oom(x):
+    """y = 2x; the first call in a process runs out of memory"""
+    if not _OOM_SEEN:
+        _OOM_SEEN.append(True)
+        _log_line("oom")
+        raise OutOfMemoryError("CUDA out of memory (a test)")
+    _log_line("ok")
+    return x * 2

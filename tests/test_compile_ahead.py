@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import store, tuning
+from harness import spec, store, tuning
 from harness.executors.schedule import compile_workers, warm_shards
 from harness.executors.warm import compile_ahead
 from kernels._tuner import Tuner
@@ -20,6 +20,84 @@ def test_warm_shards_deal_round_robin_in_check_order():
     assert warm_shards(ids[:2], 4) == [["c0"], ["c1"]]
     with pytest.raises(ValueError):
         warm_shards(ids, 0)
+
+
+def _classes(impls: dict[str, str], n_classes: int, per_class: int):
+    """Check-ordered case ids of impls {name: backend}, `n_classes` compile classes each (two
+    dtypes of n_classes // 2 param sets) with `per_class` sizes; unit_of and backend_of."""
+    ids, unit_of, backend_of = [], {}, {}
+    for size in range(per_class):  # check order: a shape's cases together, largest first
+        for k in range(n_classes):
+            for impl, backend in impls.items():
+                c = f"{impl}.D={k // 2}.S={size}.{'fp16' if k % 2 else 'bf16'}"
+                ids.append(c)
+                unit_of[c] = (impl, k // 2, "fp16" if k % 2 else "bf16")
+                backend_of[c] = backend
+    return ids, unit_of, backend_of
+
+
+def test_warm_shards_keep_a_class_in_one_worker_and_torch_compile_on_few_workers():
+    ids, unit_of, backend_of = _classes({"tc": "compile", "tf": "triton", "fm": "triton"}, 8, 5)
+    shards = warm_shards(ids, 4, unit_of, backend_of)
+    assert sorted(c for s in shards for c in s) == sorted(ids)  # every case, once
+    pos = {c: i for i, c in enumerate(ids)}
+    assert all(s == sorted(s, key=pos.__getitem__) for s in shards)  # each in check order
+    owner = {}
+    for i, s in enumerate(shards):
+        for c in s:
+            assert owner.setdefault(unit_of[c], i) == i  # a class never in two workers
+    # torch.compile's per-process setup (WARM_SETUP_S) is paid by two workers, not four; each
+    # takes whole param sets (both dtypes of one graph together)
+    tc_workers = {owner[u] for u in owner if u[0] == "tc"}
+    assert len(tc_workers) == 2
+    assert all(owner[("tc", k, "bf16")] == owner[("tc", k, "fp16")] for k in range(4))
+    # the Triton classes fill the other two workers
+    assert {owner[u] for u in owner if u[0] != "tc"}.isdisjoint(tc_workers)
+    # with one class per case, it deals round-robin; with fewer classes than workers, fewer
+    assert warm_shards(ids[:3], 4, unit_of, backend_of) == [[ids[0]], [ids[1]], [ids[2]]]
+    same = dict.fromkeys(ids, ("one",))
+    assert warm_shards(ids, 4, same, backend_of) == [ids]
+    # a single torch.compile class among many Triton ones: one worker pays the setup
+    solo = {c: u for c, u in unit_of.items()}
+    for c in ids:
+        if c.startswith("tc"):
+            solo[c] = ("tc",)
+    shards = warm_shards(ids, 4, solo, backend_of)
+    assert sum(any(c.startswith("tc") for c in s) for s in shards) == 1
+
+
+def test_compile_units_group_the_sizes_of_one_kernel_class(tmp_path):
+    from harness.registry import get_op
+    from harness.results import cases_frame
+    from harness.executors.warm import compile_units
+    import kernels  # noqa: F401  (registers the ops)
+
+    exp = spec.from_dict({
+        "name": "units", "op": "attention", "baseline": "naive",
+        "candidates": ["triton_flash", "torch_compile"], "params": {"H": 2, "mode": "fwd"},
+        "cases": [{"B": 2, "N": 64, "D": 16, "causal": False},
+                  {"B": 1, "N": 128, "D": 16, "causal": False},
+                  {"B": 1, "N": 128, "D": 32, "causal": False},
+                  {"B": 1, "N": 128, "D": 16, "causal": True}],
+        "dtypes": ["float16", "bfloat16"]})
+    cases = spec.expand(exp)
+    run = store.create_run(tmp_path, "units", {"experiment": exp.model_dump(mode="json"),
+                                               "device": "cpu", "status": "running"})
+    store.write_table(run, "cases", cases_frame(cases))
+    ids = [c.case_id for c in cases if c.impl != "naive"]
+    units = compile_units(run, get_op("attention"), ids)
+    assert set(units) == set(ids)
+    assert {units[c][1] for c in ids if c.startswith("torch_compile")} == {"compile"}
+    assert {units[c][1] for c in ids if c.startswith("triton_flash")} == {"triton"}
+    by_unit = {}
+    for c in ids:
+        by_unit.setdefault(units[c][0], []).append(c)
+    # B and N are sizes (Param.size): the two non-causal D=16 shapes share a class; D, causal
+    # and the dtype make classes of their own: 3 param sets x 2 dtypes x 2 impls
+    assert len(by_unit) == 12
+    pair = [c for c in ids if c.startswith("triton_flash") and ".D=16.causal=false" in c
+            and c.endswith(".float16")]
+    assert len(pair) == 2 and units[pair[0]][0] == units[pair[1]][0]
 
 
 def test_compile_workers_one_per_four_cores_capped():
@@ -98,6 +176,18 @@ def test_compile_ahead_warms_compiling_impls_in_parallel_and_survives_a_hang(
     again = compile_ahead(run, order, device="cpu", limits={c: 1.0 for c in ids}, gpus=[None],
                           on_event=events.append, workers=2)
     assert again["workers"] == 1 and again["cases"] == 1
+
+
+def test_a_warm_case_out_of_memory_is_tried_once_more(tmp_path, test_ops, monkeypatch):
+    log = tmp_path / "tune.log"
+    monkeypatch.setenv("HARNESS_TEST_TUNE_LOG", str(log))
+    run, ids = _run_dir(tmp_path, ["warm_oom"], n=(64,))
+    case = "warm_oom.N=64.float32"
+    out = compile_ahead(run, [case], device="cpu", limits={c: 60.0 for c in ids},
+                        gpus=[None], on_event=lambda ev: None, workers=1)
+    assert out["cases"] == 1
+    assert [r["status"] for r in store.read_parts(run, "warm")] == ["ok"]
+    assert [ln.split()[1] for ln in log.read_text().splitlines()] == ["oom", "ok"]
 
 
 def test_runner_compiles_ahead_only_compiling_impls_and_only_on_a_gpu(tmp_path, test_ops,

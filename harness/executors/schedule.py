@@ -12,10 +12,10 @@ Nothing here starts a process or touches a device, so every rule is unit-tested 
     shard_by_impl(case_ids, impl_of, cost, n)   -> n lists for the profiler passes: an
                                                   implementation's cases stay together (its
                                                   compile / warm-up is paid in one process)
-    warm_shards(case_ids, n)                   -> n lists for the compile-ahead workers: dealt
-                                                  round-robin in check order, so the first
-                                                  (largest) case of every kernel variant is
-                                                  compiled side by side
+    warm_shards(case_ids, n, unit_of, backend_of)
+                                               -> n lists for the compile-ahead workers: a
+                                                  compile class in one worker, torch.compile's
+                                                  classes on as few workers as pay off, LPT
     compile_workers(cpus, n_cases, n_gpus)     -> how many compile-ahead workers
 """
 from __future__ import annotations
@@ -215,8 +215,74 @@ def workers_per_gpu(n_workers: int, n_gpus: int) -> int:
     return -(-n_workers // max(1, n_gpus)) if n_workers else 0
 
 
-def warm_shards(case_ids: list[str], n: int) -> list[list[str]]:
-    """Round-robin in the given (check) order; empty lists dropped."""
+# compile-ahead's cost model (H200, flash.yaml cold, 4 workers): a process's first torch.compile
+# took 8.6-14.6 s (Inductor's imports, its compile pool, the first graph), each later graph
+# 2.7-3.6 s, a Triton kernel class with all its Tuner candidates 1.3-4.7 s, a case whose class
+# the process had compiled 0.01-0.05 s. Only the proportions matter.
+WARM_SETUP_S = {"compile": 8.0}   # paid once by each process that compiles for this backend
+WARM_UNIT_S = {"compile": 3.0}    # one compile class (a graph; a kernel and its candidates)
+WARM_UNIT_DEFAULT_S = 2.0
+WARM_REPEAT_S = 0.05              # a case whose class its process already compiled
+
+
+def warm_shards(case_ids: list[str], n: int, unit_of: dict[str, object] | None = None,
+                backend_of: dict[str, str | None] | None = None) -> list[list[str]]:
+    """At most `n` lists of `case_ids` for the compile-ahead workers, each in the given (check)
+    order; empty lists dropped.
+
+    `unit_of[case]` names the case's compile class (cases of one class compile the same
+    kernels: harness.executors.warm.compile_units), `backend_of[case]` its implementation's
+    backend. A class stays in one worker, so no two workers compile the same kernels; the
+    classes of a backend with a per-process setup cost (WARM_SETUP_S: torch.compile's first
+    graph) go to as few workers as keep the longest worker shortest, the rest fill the least
+    loaded workers, largest first (LPT). Sorted by key, neighbouring classes of a setup backend
+    (the same params in another dtype) go to the same worker. Without `unit_of` every case is its own class."""
     if n < 1:
         raise ValueError("n must be >= 1")
-    return [ids for ids in (case_ids[i::n] for i in range(n)) if ids]
+    unit_of = unit_of or {}
+    backend_of = backend_of or {}
+    units: dict[object, list[str]] = {}
+    for c in case_ids:
+        units.setdefault(unit_of.get(c, ("case", c)), []).append(c)
+
+    def backend(u) -> str | None:
+        return backend_of.get(units[u][0])
+
+    def weight(u) -> float:
+        return (WARM_UNIT_S.get(backend(u), WARM_UNIT_DEFAULT_S)
+                + WARM_REPEAT_S * (len(units[u]) - 1))
+
+    n = min(n, len(units))
+    load = [0.0] * n
+    bins: list[list[object]] = [[] for _ in range(n)]
+    total = sum(weight(u) for u in units)
+    for b, setup in sorted(WARM_SETUP_S.items()):
+        mine = [u for u in units if backend(u) == b]
+        if not mine:
+            continue
+        w = sum(weight(u) for u in mine)
+        # k workers pay the setup: the slowest of them ends near setup + w / k, the others'
+        # share of everything near (total + k * setup) / n; the fewest k at the best makespan
+        k = min(range(1, min(n, len(mine)) + 1),
+                key=lambda k: (max(setup + w / k, (total + k * setup) / n), k))
+        hosts = sorted(range(n), key=load.__getitem__)[:k]
+        # neighbouring classes (sorted by key: the same params in another dtype) share work in
+        # one process (Dynamo's trace, Inductor's caches): each host takes a contiguous run
+        mine.sort(key=repr)
+        done = 0.0
+        for j, i in enumerate(hosts):
+            load[i] += setup
+            while mine and (j == k - 1 or done + weight(mine[0]) / 2 <= w * (j + 1) / k):
+                u = mine.pop(0)
+                bins[i].append(u)
+                load[i] += weight(u)
+                done += weight(u)
+        total += k * setup
+    placed = {u for b_ in bins for u in b_}
+    for u in sorted((u for u in units if u not in placed), key=weight, reverse=True):
+        i = min(range(n), key=load.__getitem__)
+        bins[i].append(u)
+        load[i] += weight(u)
+    pos = {c: i for i, c in enumerate(case_ids)}
+    shards = [sorted((c for u in b_ for c in units[u]), key=pos.__getitem__) for b_ in bins]
+    return [s for s in shards if s]

@@ -28,8 +28,10 @@ MEMORY_SHARE = 0.9  # of a GPU's memory, split between the compile-ahead workers
 def compile_ahead(run_dir: Path, case_ids: list[str], *, device: str,
                   limits: dict[str, float], gpus: list[int | None],
                   on_event: Callable[[dict], None], workers: int | None = None,
-                  stop: threading.Event | None = None) -> dict:
-    """Warm `case_ids` (check order) over `workers` processes spread over `gpus`.
+                  stop: threading.Event | None = None,
+                  units: dict[str, tuple[object, str | None]] | None = None) -> dict:
+    """Warm `case_ids` (check order) over `workers` processes spread over `gpus`; `units`
+    ({case: (compile class, backend)}, compile_units) keeps a class in one worker.
     Returns {"workers": n, "cases": n, "wall_s": s} (workers 0: nothing was run)."""
     run_dir = Path(run_dir)
     ids = todo(run_dir, "warm", case_ids)
@@ -38,7 +40,9 @@ def compile_ahead(run_dir: Path, case_ids: list[str], *, device: str,
          else min(workers, len(ids)))
     if n < 1:
         return {"workers": 0, "cases": 0, "wall_s": 0.0}
-    shards = warm_shards(ids, n)
+    units = units or {}
+    shards = warm_shards(ids, n, {c: u for c, (u, _) in units.items()},
+                         {c: b for c, (_, b) in units.items()})
     frac = MEMORY_SHARE / workers_per_gpu(len(shards), n_gpus)
     t0 = time.monotonic()
     lock = threading.Lock()
@@ -61,6 +65,34 @@ def compile_ahead(run_dir: Path, case_ids: list[str], *, device: str,
     run_threads([threading.Thread(target=one, args=(i, s), name=f"warm{i}", daemon=True)
                  for i, s in enumerate(shards)], stop)
     return {"workers": len(shards), "cases": len(ids), "wall_s": round(time.monotonic() - t0, 2)}
+
+
+def compile_units(run_dir: Path, op, case_ids: list[str]) -> dict[str, tuple[object, str | None]]:
+    """{case: (compile class, backend)}: a case's class is its implementation, dtype, forced
+    config and the values of the op's params that are not sizes (Param.size), i.e. the cases
+    that run the same compiled kernels; the backend is its implementation's."""
+    import json
+
+    from harness.worker import _registered_impl
+
+    size = {p.name for p in op.params if getattr(p, "size", False)}
+    frame = store.load_cases(run_dir)
+    keep = set(case_ids)
+    out: dict[str, tuple[object, str | None]] = {}
+    for r in frame.itertuples():
+        if r.case_id not in keep:
+            continue
+        params = json.loads(r.params) if isinstance(r.params, str) else dict(r.params or {})
+        forced = getattr(r, "forced_config", None)
+        key = (r.impl, forced if isinstance(forced, str) else "",
+               tuple(sorted((k, json.dumps(v)) for k, v in params.items() if k not in size)),
+               r.dtype)
+        try:
+            backend = op.get_impl(_registered_impl(r)).backend
+        except Exception:  # an impl the registry no longer has: the check pass says so
+            backend = None
+        out[r.case_id] = (key, backend)
+    return out
 
 
 def warm_cases(run_dir: Path, op, check_ids: list[str]) -> tuple[list[str], int]:

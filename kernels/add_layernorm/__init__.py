@@ -26,7 +26,7 @@ from kernels.layernorm.triton_layernorm import EPS, layernorm_fwd
 
 op = Op(
     "add_layernorm",
-    params=[Param("M", int, help="rows (tokens)"), Param("N", int, help="hidden width")],
+    params=[Param("M", int, help="rows (tokens)", size=True), Param("N", int, help="hidden width")],
     dtypes=("float16", "bfloat16", "float32"),
     primary="gbps",
     description="h = x + residual; y = LayerNorm(h): one read of x and residual, one write "

@@ -33,9 +33,9 @@ BWD_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd_bwd": 3.5}
 op = Op(
     "attention",
     params=[
-        Param("B", int, help="batch"),
-        Param("H", int, help="heads"),
-        Param("N", int, help="sequence length (queries = keys)"),
+        Param("B", int, help="batch", size=True),
+        Param("H", int, help="heads", size=True),
+        Param("N", int, help="sequence length (queries = keys)", size=True),
         Param("D", int, help="head dim"),
         Param("causal", bool, default=False, help="query i sees keys j <= i"),
         Param("mode", str, choices=MODES, default="fwd",

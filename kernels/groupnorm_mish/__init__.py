@@ -25,7 +25,7 @@ EPS = 1e-5
 
 op = Op(
     "groupnorm_mish",
-    params=[Param("N", int, help="batch"), Param("C", int, help="channels"),
+    params=[Param("N", int, help="batch", size=True), Param("C", int, help="channels"),
             Param("H", int, help="height"), Param("W", int, help="width"),
             Param("G", int, help="groups (divides C)")],
     dtypes=("float16", "bfloat16", "float32"),

@@ -37,7 +37,7 @@ ACT = {"none": "gelu", "tanh": "gelu_tanh"}
 
 op = Op(
     "mlp",
-    params=[Param("M", int, help="rows (tokens)"), Param("D", int, help="model width"),
+    params=[Param("M", int, help="rows (tokens)", size=True), Param("D", int, help="model width"),
             Param("H", int, help="hidden width"),
             Param("approximate", str, choices=APPROXIMATE, default="none",
                   help="GELU form: none = exact (erf), tanh = tanh approximation")],

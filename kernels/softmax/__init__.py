@@ -14,7 +14,7 @@ from kernels.softmax import triton_softmax
 
 op = Op(
     "softmax",
-    params=[Param("M", int, help="rows"), Param("N", int, help="row length")],
+    params=[Param("M", int, help="rows", size=True), Param("N", int, help="row length")],
     dtypes=("float16", "bfloat16", "float32"),
     primary="gbps",
     description="softmax over the last dim of an (M, N) matrix",

@@ -13,7 +13,7 @@ from kernels.vector_add import triton_vector_add
 
 op = Op(
     "vector_add",
-    params=[Param("N", int, help="elements")],
+    params=[Param("N", int, help="elements", size=True)],
     dtypes=("float16", "bfloat16", "float32"),
     primary="gbps",
     description="z = x + y over 1-D tensors (memory-bound: 3 N itemsize bytes)",
