@@ -21,8 +21,8 @@ one field. Valid values of a field: those in `configs` (the static candidate lis
   4. in a compile-ahead worker (harness.tuning.compile_only): every candidate compiled, the
      first that launched returned, nothing timed or kept;
   5. on the GPU: the candidates compiled concurrently (`precompile`), the clocks brought up
-     (`spin_up`), then timed one by one with triton.testing.do_bench; a config that fails to
-     compile or run is skipped. The finalists (within FINALIST_BAND of the fastest, at most
+     (`spin_up`), then timed one by one (`measure`: the median of L2-flushed launches); a
+     config that fails to compile or run is skipped. The finalists (within FINALIST_BAND of the fastest, at most
      MAX_FINALISTS) are timed again over about FINAL_ROUNDS interleaved rounds in rotating
      order (a whole number of rotations, so each finalist takes every slot equally often), and
      the best geometric mean wins; a finalist within TIE of it that comes earlier in the
@@ -48,7 +48,10 @@ from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 from harness import tuning
 
 PRECOMPILE_THREADS = 8
-REP_MS = 10  # do_bench's rep per timing (ms)
+REP_MS = 10  # launches timed per measurement: about this many ms of them
+MIN_REPS = 3
+MAX_REPS = 1000
+L2_FLUSH_BYTES = 256 << 20  # written before each timed launch (as do_bench does)
 SPIN_UP_MS = 20  # launches before the first timing, so the clocks are up
 FINALIST_BAND = 0.10  # re-timed: candidates within 10 % of the fastest of the first pass
 MAX_FINALISTS = 3
@@ -240,11 +243,34 @@ class Tuner:
         return not interpreted()
 
     def measure(self, launch: Callable[[Any], None], cfg) -> float:
-        """Milliseconds per launch of `cfg` (median of triton.testing.do_bench)."""
-        import triton.testing
+        """Milliseconds per launch of `cfg`: the median of single launches, each timed with
+        CUDA events after an L2 flush, over about REP_MS (at least MIN_REPS launches), after
+        two flushed launches that estimate the count. triton.testing.do_bench, used before,
+        spent 6 launches on its estimate and at least one on warm-up before each timing, and
+        timed a launch longer than REP_MS once: on an H200 the Tuners' timing was 26.5 of
+        flash.yaml's 55 s cold check pass, and a 6 ms candidate was judged on one sample."""
+        import torch
 
-        return triton.testing.do_bench(lambda: launch(cfg), warmup=5, rep=REP_MS,
-                                       return_mode="median")
+        fn, flush = (lambda: launch(cfg)), _l2_flush_buffer()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(2):
+            flush.zero_()
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        n = max(MIN_REPS, min(MAX_REPS, int(REP_MS / max(start.elapsed_time(end) / 2, 1e-3))))
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(n)]
+        for a, b in events:
+            flush.zero_()
+            a.record()
+            fn()
+            b.record()
+        torch.cuda.synchronize()
+        times = sorted(a.elapsed_time(b) for a, b in events)
+        mid = len(times) // 2
+        return times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
 
     def spin_up(self, launch: Callable[[Any], None], cfg) -> None:
         """Launch `cfg` (synchronously) for SPIN_UP_MS of wall time: an idle GPU's clocks are
@@ -307,6 +333,19 @@ class Tuner:
         score = {i: math.exp(sum(map(math.log, v)) / len(v)) for i, v in rounds.items()}
         best = min(score.values())
         return min(i for i in finalists if score[i] <= best * (1 + TIE))
+
+
+_FLUSH: dict = {}
+
+
+def _l2_flush_buffer():
+    """This process's buffer whose zeroing evicts the L2 (one per device, made once)."""
+    import torch
+
+    dev = torch.cuda.current_device()
+    if dev not in _FLUSH:
+        _FLUSH[dev] = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    return _FLUSH[dev]
 
 
 def _cuda_thread_initializer() -> Callable[[], None] | None:
