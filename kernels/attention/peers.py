@@ -17,6 +17,10 @@ flash.yaml (first shape N=16384) and 4.58 ms in a `--cases '*N=4096*'` run of th
 1.28x "change" between two runs that changed nothing. So the first call of each graph is made
 at one fixed seed shape (SEED_SHAPE: 16 heads of N=4096 on a GPU; small on the CPU), the same
 whatever the sweep: a case's torch_compile kernels no longer depend on the cases before it.
+The head dim is marked static for the same reason: Dynamo makes a dim dynamic when a frame
+recompiles because it changed, so a process that met D=128 before D=64 built another D=64
+graph than one that met D=64 first. On an H200 the check pass of flash.yaml then missed
+Inductor's cache for 4 of the 8 graphs compile-ahead had built (3.4-4.7 s each).
 """
 from __future__ import annotations
 
@@ -102,6 +106,10 @@ def _dynamic_views(q, k, v) -> list[torch.Tensor]:
     for t in flat:
         torch._dynamo.maybe_mark_dynamic(t, 0)
         torch._dynamo.maybe_mark_dynamic(t, 1)
+        # D static, always: left alone, a process that met D=128 first recompiled its D=64
+        # graph with D dynamic (Dynamo's automatic dynamic shapes), so the graph, its kernels
+        # and Inductor's cache key depended on the order a worker met the cases in
+        torch._dynamo.mark_static(t, 2)
     return flat
 
 

@@ -345,3 +345,15 @@ def test_torch_compile_graphs_first_run_at_the_seed_shape(monkeypatch):
                      ((2, 32, 16), False, False), ((bh, n, 16), True, True),
                      ((4, 40, 16), True, True)]
     assert o.shape == (2, 2, 40, 16)
+
+
+def test_torch_compile_views_keep_the_head_dim_static():
+    """B*H and N dynamic from the first call, D static: a process's graphs (and Inductor's
+    cache keys) do not depend on which head dim it met first."""
+    from kernels.attention import peers
+
+    q = torch.randn(1, 2, 8, 16)
+    for t in peers._dynamic_views(q, q, q):
+        assert t.shape == (2, 8, 16)
+        assert getattr(t, "_dynamo_weak_dynamic_indices", set()) >= {0, 1}
+        assert 2 in getattr(t, "_dynamo_static_indices", set())
