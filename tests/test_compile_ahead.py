@@ -36,7 +36,13 @@ def _classes(impls: dict[str, str], n_classes: int, per_class: int):
     return ids, unit_of, backend_of
 
 
-def test_warm_shards_keep_a_class_in_one_worker_and_torch_compile_on_few_workers():
+def test_warm_shards_keep_a_class_in_one_worker_and_torch_compile_on_few_workers(monkeypatch):
+    from harness.executors import schedule
+
+    # the cost model's proportions (its measured values may move): setup 8, a graph 3, other 2
+    monkeypatch.setattr(schedule, "WARM_SETUP_S", {"compile": 8.0})
+    monkeypatch.setattr(schedule, "WARM_UNIT_S", {"compile": 3.0})
+    monkeypatch.setattr(schedule, "WARM_UNIT_DEFAULT_S", 2.0)
     ids, unit_of, backend_of = _classes({"tc": "compile", "tf": "triton", "fm": "triton"}, 8, 5)
     shards = warm_shards(ids, 4, unit_of, backend_of)
     assert sorted(c for s in shards for c in s) == sorted(ids)  # every case, once

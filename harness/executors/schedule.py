@@ -215,13 +215,13 @@ def workers_per_gpu(n_workers: int, n_gpus: int) -> int:
     return -(-n_workers // max(1, n_gpus)) if n_workers else 0
 
 
-# compile-ahead's cost model (H200, flash.yaml cold, 4 workers): a process's first torch.compile
-# took 8.6-14.6 s (Inductor's imports, its compile pool, the first graph), each later graph
-# 2.7-3.6 s, a Triton kernel class with all its Tuner candidates 1.3-4.7 s, a case whose class
-# the process had compiled 0.01-0.05 s. Only the proportions matter.
-WARM_SETUP_S = {"compile": 8.0}   # paid once by each process that compiles for this backend
-WARM_UNIT_S = {"compile": 3.0}    # one compile class (a graph; a kernel and its candidates)
-WARM_UNIT_DEFAULT_S = 2.0
+# compile-ahead's cost model (H200, flash.yaml cold, 4 workers side by side): a process's first
+# torch.compile case took 14-17 s (Dynamo's and Inductor's first use; the graph itself ~3 s),
+# each later graph 2.4-4.9 s, a Triton kernel class with all its Tuner candidates 1.4-2.6 s
+# (the first of a process 4-5 s), a case whose class the process had compiled 0.01-0.05 s.
+WARM_SETUP_S = {"compile": 14.0}  # paid once by each process that compiles for this backend
+WARM_UNIT_S = {"compile": 3.5}    # one compile class (a graph; a kernel and its candidates)
+WARM_UNIT_DEFAULT_S = 2.3
 WARM_REPEAT_S = 0.05              # a case whose class its process already compiled
 
 
