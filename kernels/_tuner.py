@@ -22,10 +22,10 @@ one field. Valid values of a field: those in `configs` (the static candidate lis
      first that launched returned, nothing timed or kept;
   5. on the GPU: the candidates compiled concurrently (`precompile`), the clocks brought up
      (`spin_up`), then timed one by one (`measure`: the median of L2-flushed launches); a
-     config that fails to compile or run is skipped. The finalists (within FINALIST_BAND of the fastest, at most
-     MAX_FINALISTS) are timed again over about FINAL_ROUNDS interleaved rounds in rotating
-     order (a whole number of rotations, so each finalist takes every slot equally often), and
-     the best geometric mean wins; a finalist within TIE of it that comes earlier in the
+     config that fails to compile or run is skipped. The finalists (within FINALIST_BAND of the
+     fastest, at most MAX_FINALISTS) are timed again over about FINAL_ROUNDS interleaved
+     rounds in rotating order (a whole number of rotations, so each finalist takes every slot
+     equally often), and the best geometric mean wins; a finalist within TIE of it that comes earlier in the
      candidate list wins instead. One pass in list order picked configs by when they were
      timed (an H200 warming up from idle, drift): two runs of unchanged code picked different
      triton_flash configs 4-8 % apart.

@@ -33,8 +33,8 @@ or was explained by the SM clock. So the two are learned apart, by the same rule
 floor from the other implementations' A/A cases (default 7 %), the peers' floor from the peers'
 cases pooled (default PEER_DEFAULT_FLOOR, 15 %). Pooled, one pair of flash.yaml and one of
 softmax.yaml (92 cases) learned 11.2 % for everything: the flash pair's own compare marked
-torch_compile "1.12x faster", and our kernels' threshold had grown by half. A real 10 % change of a Triton kernel is marked in a
-fresh store.
+torch_compile "1.12x faster", and our kernels' threshold had grown by half. A real 10 % change
+of a Triton kernel is marked in a fresh store.
 
 Ratios and thresholds are fractions (0.05 = 5 %); a threshold t is symmetric in log space: the
 band is [1/(1+t), 1+t].

@@ -236,7 +236,8 @@ def warm_shards(case_ids: list[str], n: int, unit_of: dict[str, object] | None =
     classes of a backend with a per-process setup cost (WARM_SETUP_S: torch.compile's first
     graph) go to as few workers as keep the longest worker shortest, the rest fill the least
     loaded workers, largest first (LPT). Sorted by key, neighbouring classes of a setup backend
-    (the same params in another dtype) go to the same worker. Without `unit_of` every case is its own class."""
+    (the same params in another dtype) go to the same worker. Without `unit_of` every case is
+    its own class."""
     if n < 1:
         raise ValueError("n must be >= 1")
     unit_of = unit_of or {}
