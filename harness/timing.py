@@ -83,7 +83,10 @@ def rel_stderr(ms) -> float:
     return float(a.std(ddof=1) / math.sqrt(a.size) / a.mean())
 
 
-class _Flusher:
+class Flusher:
+    """`flusher()` evicts the L2 by zeroing a FLUSH_BYTES buffer (a no-op when disabled or
+    without a GPU); one per process is enough (the worker's, the Tuners')."""
+
     def __init__(self, device: str, enabled: bool):
         self.buf = None
         if enabled and device == "cuda":
@@ -99,12 +102,12 @@ class _Flusher:
 def bench(fn: Callable[[], object], *, device: str, warmup_ms: float = 25.0,
           rep_ms: float = 200.0, min_samples: int = 10, max_samples: int = 5000,
           flush_l2: bool = True, cuda_graph: bool = False, max_rel_err: float = 0.005,
-          host_overhead: str = "hide", flusher: _Flusher | None = None,
+          host_overhead: str = "hide", flusher: Flusher | None = None,
           clock_probe: Callable[[], float | None] | None = None) -> Samples:
     """Time `fn`; return the raw samples in milliseconds."""
     if device == "cuda":
         return _bench_cuda(fn, warmup_ms, rep_ms, min_samples, max_samples,
-                           flusher or _Flusher(device, flush_l2), cuda_graph, max_rel_err,
+                           flusher or Flusher(device, flush_l2), cuda_graph, max_rel_err,
                            host_overhead == "hide", clock_probe)
     return _bench_cpu(fn, warmup_ms, rep_ms, min_samples, max_samples, max_rel_err)
 

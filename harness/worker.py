@@ -135,7 +135,7 @@ class Worker:
         fn, nbytes = self._prepare(impl, params, dtype, case_id)
         if self.device == "cuda":
             if self.flusher is None:
-                self.flusher = timing._Flusher("cuda", t.flush_l2)
+                self.flusher = timing.Flusher("cuda", t.flush_l2)
             peak = timing.peak_memory(fn, nbytes)
             samples = timing.bench(fn, device="cuda", warmup_ms=t.warmup_ms, rep_ms=t.rep_ms,
                                    min_samples=t.min_samples, max_samples=t.max_samples,

@@ -25,8 +25,8 @@ one field. Valid values of a field: those in `configs` (the static candidate lis
      config that fails to compile or run is skipped. The finalists (within FINALIST_BAND of the
      fastest, at most MAX_FINALISTS) are timed again over about FINAL_ROUNDS interleaved
      rounds in rotating order (a whole number of rotations, so each finalist takes every slot
-     equally often), and the best geometric mean wins; a finalist within TIE of it that comes earlier in the
-     candidate list wins instead. One pass in list order picked configs by when they were
+     equally often), and the best geometric mean wins; a finalist within TIE of it that comes
+     earlier in the candidate list wins instead. One pass in list order picked configs by when they were
      timed (an H200 warming up from idle, drift): two runs of unchanged code picked different
      triton_flash configs 4-8 % apart.
 `timed` (optional) narrows what 4 and 5 compile and time when nothing is forced: only the
@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
@@ -51,7 +52,6 @@ PRECOMPILE_THREADS = 8
 REP_MS = 10  # launches timed per measurement: about this many ms of them
 MIN_REPS = 3
 MAX_REPS = 1000
-L2_FLUSH_BYTES = 256 << 20  # written before each timed launch (as do_bench does)
 SPIN_UP_MS = 20  # launches before the first timing, so the clocks are up
 FINALIST_BAND = 0.10  # re-timed: candidates within 10 % of the fastest of the first pass
 MAX_FINALISTS = 3
@@ -251,11 +251,11 @@ class Tuner:
         flash.yaml's 55 s cold check pass, and a 6 ms candidate was judged on one sample."""
         import torch
 
-        fn, flush = (lambda: launch(cfg)), _l2_flush_buffer()
+        fn, flush = (lambda: launch(cfg)), _l2_flusher()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(2):
-            flush.zero_()
+            flush()
             fn()
         end.record()
         torch.cuda.synchronize()
@@ -263,14 +263,12 @@ class Tuner:
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(n)]
         for a, b in events:
-            flush.zero_()
+            flush()
             a.record()
             fn()
             b.record()
         torch.cuda.synchronize()
-        times = sorted(a.elapsed_time(b) for a, b in events)
-        mid = len(times) // 2
-        return times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
+        return statistics.median(a.elapsed_time(b) for a, b in events)
 
     def spin_up(self, launch: Callable[[Any], None], cfg) -> None:
         """Launch `cfg` (synchronously) for SPIN_UP_MS of wall time: an idle GPU's clocks are
@@ -335,17 +333,16 @@ class Tuner:
         return min(i for i in finalists if score[i] <= best * (1 + TIE))
 
 
-_FLUSH: dict = {}
+_FLUSHER: list = []
 
 
-def _l2_flush_buffer():
-    """This process's buffer whose zeroing evicts the L2 (one per device, made once)."""
-    import torch
+def _l2_flusher():
+    """This process's L2 flusher for timing (harness.timing.Flusher, made on first use)."""
+    if not _FLUSHER:
+        from harness.timing import Flusher
 
-    dev = torch.cuda.current_device()
-    if dev not in _FLUSH:
-        _FLUSH[dev] = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-    return _FLUSH[dev]
+        _FLUSHER.append(Flusher("cuda", True))
+    return _FLUSHER[0]
 
 
 def _cuda_thread_initializer() -> Callable[[], None] | None:
