@@ -67,6 +67,15 @@ def compile_ahead(run_dir: Path, case_ids: list[str], *, device: str,
     return {"workers": len(shards), "cases": len(ids), "wall_s": round(time.monotonic() - t0, 2)}
 
 
+def _backend(op, impl: str | None) -> str | None:
+    """The registered backend of `impl` (None for an impl the registry no longer has: the
+    check pass says so)."""
+    try:
+        return op.get_impl(impl).backend if impl else None
+    except Exception:
+        return None
+
+
 def compile_units(run_dir: Path, op, case_ids: list[str]) -> dict[str, tuple[object, str | None]]:
     """{case: (compile class, backend)}: a case's class is its implementation, dtype, forced
     config and the values of the op's params that are not sizes (Param.size), i.e. the cases
@@ -75,23 +84,18 @@ def compile_units(run_dir: Path, op, case_ids: list[str]) -> dict[str, tuple[obj
 
     from harness.worker import _registered_impl
 
-    size = {p.name for p in op.params if getattr(p, "size", False)}
-    frame = store.load_cases(run_dir)
+    size = {p.name for p in op.params if p.size}
     keep = set(case_ids)
     out: dict[str, tuple[object, str | None]] = {}
-    for r in frame.itertuples():
+    for r in store.load_cases(run_dir).itertuples():
         if r.case_id not in keep:
             continue
-        params = json.loads(r.params) if isinstance(r.params, str) else dict(r.params or {})
         forced = getattr(r, "forced_config", None)
         key = (r.impl, forced if isinstance(forced, str) else "",
-               tuple(sorted((k, json.dumps(v)) for k, v in params.items() if k not in size)),
+               tuple(sorted((k, json.dumps(v)) for k, v in json.loads(r.params).items()
+                            if k not in size)),
                r.dtype)
-        try:
-            backend = op.get_impl(_registered_impl(r)).backend
-        except Exception:  # an impl the registry no longer has: the check pass says so
-            backend = None
-        out[r.case_id] = (key, backend)
+        out[r.case_id] = (key, _backend(op, _registered_impl(r)))
     return out
 
 
@@ -103,13 +107,6 @@ def warm_cases(run_dir: Path, op, check_ids: list[str]) -> tuple[list[str], int]
     from harness.worker import WARM_BACKENDS, _registered_impl
 
     base = {r.case_id: _registered_impl(r) for r in store.load_cases(run_dir).itertuples()}
-
-    def backend(impl: str | None) -> str | None:
-        try:
-            return op.get_impl(impl).backend if impl else None
-        except Exception:  # an impl the registry no longer has: the check pass says so
-            return None
-
-    ids = [c for c in check_ids if backend(base.get(c)) in WARM_BACKENDS]
+    ids = [c for c in check_ids if _backend(op, base.get(c)) in WARM_BACKENDS]
     cached = compiled_before(run_dir, {c: base[c] for c in ids}, op)
     return [c for c in ids if c not in cached], len(cached)
