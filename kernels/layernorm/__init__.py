@@ -27,7 +27,8 @@ EPS = triton_layernorm.EPS
 
 op = Op(
     "layernorm",
-    params=[Param("M", int, help="rows (tokens)", size=True), Param("N", int, help="normalised width"),
+    params=[Param("M", int, help="rows (tokens)", size=True),
+            Param("N", int, help="normalised width"),
             Param("mode", str, choices=("fwd", "bwd"), default="fwd",
                   help="fwd: y = LN(x); bwd: (dx, dw, db) of a forward done beforehand")],
     dtypes=("float16", "bfloat16", "float32"),

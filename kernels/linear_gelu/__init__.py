@@ -30,7 +30,8 @@ ACT = {"none": "gelu", "tanh": "gelu_tanh"}  # approximate -> triton_matmul acti
 
 op = Op(
     "linear_gelu",
-    params=[Param("M", int, help="rows (tokens)", size=True), Param("K", int, help="input features"),
+    params=[Param("M", int, help="rows (tokens)", size=True),
+            Param("K", int, help="input features"),
             Param("N", int, help="output features"),
             Param("approximate", str, choices=APPROXIMATE, default="none",
                   help="GELU form: none = exact (erf), tanh = tanh approximation")],
