@@ -21,7 +21,8 @@
 #             then with bytecode under a private PYTHONPYCACHEPREFIX (twice): OUT_DIR/pyc.txt
 #   srccost   flash.yaml's ncu case set twice, SourceCounters on (default) and off: the
 #             per-case ncu seconds of both (OUT_DIR/srccost.txt)
-#   fused_before  the fused-op experiments (layernorm, layernorm_bwd, groupnorm_mish, linear_gelu, mlp) with
+#   fused_before  the fused-op experiments (layernorm, layernorm_bwd, groupnorm_mish, linear_gelu, mlp;
+#             FUSED="a b" names a subset, in that order; FUSED_BEFORE the before-runs' own) with
 #             the kernels/ and experiments/ trees of BEFORE_TGZ (`git archive REV kernels
 #             experiments | gzip`, carried in .devcarry as before_REV.tgz) swapped in; both
 #             restored afterwards; the runs record REV as their git sha (BEFORE_REV overrides)
@@ -38,6 +39,7 @@
 #   fbtma     experiments/flash_bwd_tma.yaml: the backward, pointer loads vs TMA, vs SDPA
 #   fatmagrid experiments/tune/flash_fwd_tma_configs.yaml (8 forced TMA configs, causal and not)
 #   lgtma     experiments/tune/linear_gelu_tma_configs.yaml (7 forced TMA matmul configs)
+#   gngrid    experiments/tune/groupnorm_mish_configs.yaml (forced one-kernel and split configs)
 # SEED_RUNS (space-separated run dirs, e.g. committed runs/examples/<id>) are copied into the
 # store first, so that a step's since block can pair with a run made in an earlier session.
 # Each step is cut at the time left before DEADLINE_S (default 570) so the whole call returns;
@@ -104,13 +106,13 @@ PY
       # the runs record the archive's commit (BEFORE_REV, else the tgz's name before_<rev>.tgz)
       now_sha=${HARNESS_GIT_SHA:-}
       export HARNESS_GIT_SHA=${BEFORE_REV:-$(basename "$BEFORE_TGZ" .tgz | sed 's/^before_//')}
-      for e in layernorm layernorm_bwd groupnorm_mish linear_gelu mlp; do
+      for e in ${FUSED_BEFORE:-${FUSED:-layernorm layernorm_bwd groupnorm_mish linear_gelu mlp}}; do
         run "before_$e" 150 "experiments/$e.yaml" > /dev/null
       done
       export HARNESS_GIT_SHA=$now_sha
       rm -rf kernels experiments && cp -r "$out/now/kernels" "$out/now/experiments" . ;;
     fused)
-      for e in layernorm layernorm_bwd groupnorm_mish linear_gelu mlp; do
+      for e in ${FUSED:-layernorm layernorm_bwd groupnorm_mish linear_gelu mlp}; do
         run "$e" 150 "experiments/$e.yaml" > /dev/null
       done ;;
     matmul) run linear_gelu 150 experiments/linear_gelu.yaml > /dev/null
@@ -126,6 +128,7 @@ PY
     fbtma) run fbtma 300 experiments/flash_bwd_tma.yaml > /dev/null ;;
     fatmagrid) run fatmagrid 200 experiments/tune/flash_fwd_tma_configs.yaml > /dev/null ;;
     lgtma) run lgtma 200 experiments/tune/linear_gelu_tma_configs.yaml > /dev/null ;;
+    gngrid) run gngrid 200 experiments/tune/groupnorm_mish_configs.yaml > /dev/null ;;
     pyc)
       p=$(mktemp -d)  # not the harness's own prefix: later steps must start as cold as before
       code='import time, torch; t = time.time(); f = torch.compile(lambda x: x * 2 + 1)
@@ -157,7 +160,7 @@ for case, s_on in sorted(on["per_case_s"].items()):
     print(f"{case:72s} on {s_on:6.2f}  off {s_off:6.2f}  +{s_on - s_off:5.2f} s")
 PY
       ;;
-    *) echo "unknown step $step (flash, flash_aa, flash_again, worse, softmax, tune, bwd, bwd_again, bwdgrid, clockaa, pyc, srccost, fused_before, fused, fatma, fbtma, fatmagrid, lgtma, hprof, matmul, probe)"; exit 2 ;;
+    *) echo "unknown step $step (flash, flash_aa, flash_again, worse, softmax, tune, bwd, bwd_again, bwdgrid, clockaa, pyc, srccost, fused_before, fused, fatma, fbtma, fatmagrid, lgtma, gngrid, hprof, matmul, probe)"; exit 2 ;;
   esac
 done
 cat "$out/steps.txt"

@@ -1,6 +1,9 @@
 """`harness calibrate`: measure the ceilings the roofline is drawn against, per GPU.
 
     copy_gbps        device-to-device copy of 1 GiB, bytes read + bytes written per second
+    copy_curve       [[bytes read + written, GB/s], ...]: copies of COPY_CURVE_MIB, each timed
+                     as a case is (L2 flushed before every launch, CUDA events, warm-up): the
+                     rate a memory-bound kernel of that size can hope for (roofline.py)
     matmul_tflops    torch.mm 8192^3 in float16 and bfloat16 (tensor cores, cuBLAS)
     fma_tflops_fp32  a Triton kernel of independent FMA chains in registers (2 FLOP per FMA)
 
@@ -21,6 +24,7 @@ from harness.errors import HarnessError
 from harness.store_option import add_store_argument
 
 HELP = "measure the GPU's ceilings (copy GB/s, matmul and FMA TFLOP/s) for the roofline"
+COPY_CURVE_MIB = (4, 8, 16, 32, 64, 128, 256, 512)  # MiB read (and written) per copy
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -63,6 +67,13 @@ def measure() -> dict:
     x = torch.empty(n, dtype=torch.float16, device="cuda").normal_()
     y = torch.empty_like(x)
     out["copy_gbps"] = 2 * x.numel() * 2 / (ms(lambda: y.copy_(x)) * 1e-3) / 1e9
+    out["copy_curve"] = []
+    for mib in COPY_CURVE_MIB:
+        n = mib << 19  # fp16 elements
+        src, dst = x[:n], y[:n]
+        t = bench(lambda: dst.copy_(src), device="cuda", warmup_ms=25, rep_ms=100,
+                  flush_l2=True, min_samples=20).median
+        out["copy_curve"].append([4 * n, 4 * n / (t * 1e-3) / 1e9])
     del x, y
     out["matmul_tflops"] = {}
     for name, dt in (("float16", torch.float16), ("bfloat16", torch.bfloat16)):
@@ -117,7 +128,9 @@ def calibrate(root: str | Path, console) -> dict:
     gpu = env.fingerprint("cuda").get("gpu_name") or data["gpu_name"]
     data["driver"] = env.fingerprint("cuda").get("driver")
     saved = store.save_calibration(root, gpu, data)
-    console.print(f"[bold]{gpu}[/]: copy {data['copy_gbps']:,.0f} GB/s · matmul fp16 "
+    curve = " ".join(f"{b / 2 ** 20:.0f}M:{g:,.0f}" for b, g in data.get("copy_curve", []))
+    console.print(f"[bold]{gpu}[/]: copy {data['copy_gbps']:,.0f} GB/s"
+                  + (f" (by bytes moved: {curve})" if curve else "") + " · matmul fp16 "
                   f"{data['matmul_tflops']['float16']:.0f} / bf16 "
                   f"{data['matmul_tflops']['bfloat16']:.0f} TFLOP/s · fp32 FMA "
                   f"{data['fma_tflops_fp32']:.1f} TFLOP/s")

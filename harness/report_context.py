@@ -133,9 +133,11 @@ def headline(df: pd.DataFrame, baseline: str, cpu: bool) -> list[str]:
         roof = good["pct_of_roof"].map(_n) if "pct_of_roof" in good else None
         if roof is not None and roof.notna().any():
             r = good.loc[roof.astype(float).idxmax()]
+            same = _n(r.get("pct_of_size_copy"))
+            same = f", {same:.0f}% of a copy of the same bytes" if same is not None else ""
             out.append(f"Closest to its roof: {shape_label(r)} at {roof.max():.0f}% of the "
                        f"{'DRAM' if r.get('bound') == 'memory' else 'compute'} roof "
-                       f"({r.get('bound')}-bound).")
+                       f"({r.get('bound')}-bound{same}).")
         slow = good[good.speedup_mark == "slower"]
         if len(slow):
             r = slow.loc[slow.speedup_vs_baseline.idxmin()]
@@ -209,6 +211,7 @@ def cases_table(df: pd.DataFrame, cpu: bool, primary: str, baseline: str,
                 fixed: dict | None = None) -> dict:
     has_ncu = "achieved_occupancy_pct" in df and df["achieved_occupancy_pct"].notna().any()
     has_roof = "pct_of_roof" in df and df["pct_of_roof"].notna().any()
+    has_same = "pct_of_size_copy" in df and df["pct_of_size_copy"].notna().any()
     cols, align = ["case", "impl", "ok", "median ms", "spread", "n"], "lllrrr"
     if cpu:
         cols, align = cols + ["max abs err", "tol"], align + "rr"
@@ -217,6 +220,8 @@ def cases_table(df: pd.DataFrame, cpu: bool, primary: str, baseline: str,
         align += "rr"
         if has_roof:
             cols, align = cols + ["% of roof"], align + "r"
+        if has_same:
+            cols, align = cols + ["% of same-size copy"], align + "r"
         if has_ncu:
             cols, align = cols + ["occ %", "regs", "top stall"], align + "rrl"
         cols, align = cols + ["verdict"], align + "l"
@@ -241,6 +246,9 @@ def cases_table(df: pd.DataFrame, cpu: bool, primary: str, baseline: str,
             if has_roof:
                 pr = _n(r.get("pct_of_roof")) if ok else None
                 cells.append("-" if pr is None else f"{pr:.0f}%")
+            if has_same:
+                ps = _n(r.get("pct_of_size_copy")) if ok else None
+                cells.append("-" if ps is None else f"{ps:.0f}%")
             if has_ncu:
                 occ, regs = _n(r.get("achieved_occupancy_pct")), _n(r.get("registers_per_thread"))
                 cells += ["-" if occ is None else f"{occ:.0f}",

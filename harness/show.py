@@ -192,6 +192,7 @@ def render(run_dir: str | Path, console: Console) -> None:
     has_ncu = "ncu_duration_us" in df.columns and df["ncu_duration_us"].notna().any()
     has_k = "kernel_count" in df.columns and df["kernel_count"].notna().any()
     has_roof = "pct_of_roof" in df.columns and df["pct_of_roof"].notna().any()
+    has_same = "pct_of_size_copy" in df.columns and df["pct_of_size_copy"].notna().any()
     t = Table(show_lines=False, header_style="bold", pad_edge=False)
     records = df.to_dict("records")
     # one shape (a config grid): "every case" above says it all, no case column
@@ -204,6 +205,8 @@ def render(run_dir: str | Path, console: Console) -> None:
         t.add_column(col, justify=just, no_wrap=True)
     if has_roof:
         t.add_column("% roof", justify="right", no_wrap=True)
+    if has_same:  # of a copy of the same bytes (calibration's copy curve)
+        t.add_column("% copy", justify="right", no_wrap=True)
     t.add_column("peak mem", justify="right", no_wrap=True)
     if has_ncu:
         for col in ("ncu µs", "DRAM %", "occ %", "regs", "top stall"):
@@ -229,6 +232,9 @@ def render(run_dir: str | Path, console: Console) -> None:
         if has_roof:
             pr = _n(r.get("pct_of_roof"))
             cells.append("-" if pr is None else f"{pr:.0f}%")
+        if has_same:
+            ps = _n(r.get("pct_of_size_copy"))
+            cells.append("-" if ps is None else f"{ps:.0f}%")
         cells.append(fmt_bytes(r.get("peak_mem_bytes")))
         if has_ncu:
             for k, f in (("ncu_duration_us", "{:,.1f}"), ("dram_throughput_pct", "{:.0f}"),

@@ -61,7 +61,7 @@ def annotate(run_dir: str | Path, op: Op) -> pd.DataFrame:
     profiled = {k: str(v).startswith("done") for k, v in passes.items()}
     res = store.load_results(run_dir)
     by_case = {r["case_id"]: r for r in view.to_dict("records")}
-    flags, bounds, pcts, limiters, verdicts = [], [], [], [], []
+    flags, bounds, pcts, size_pcts, limiters, verdicts = [], [], [], [], [], []
     excess: dict[str, float] = {}
     from harness.results import gpu_models
 
@@ -87,14 +87,15 @@ def annotate(run_dir: str | Path, op: Op) -> pd.DataFrame:
         # limiter: what ncu's breakdown says limits the case (memory | compute | latency)
         bounds.append(place.bound if place else None)
         pcts.append(place.pct_of_roof * 100 if place else None)
+        size_pcts.append(place.size_copy_pct * 100 if place and place.size_copy_pct else None)
         has_facts = place is not None or _num(row.get("ncu_duration_us")) is not None
         ok = judged is not None and has_facts and row.get("status") == "ok" and not mixed
         limiters.append(judged.bound if ok else None)
         verdicts.append(judged.text if ok else None)
         if judged is not None and judged.excess is not None:
             excess[case_id] = judged.excess
-    res = res.assign(flags=flags, bound=bounds, pct_of_roof=pcts, limiter=limiters,
-                     verdict=verdicts)
+    res = res.assign(flags=flags, bound=bounds, pct_of_roof=pcts, pct_of_size_copy=size_pcts,
+                     limiter=limiters, verdict=verdicts)
     store.write_table(run_dir, "results", res)
     write_excess_traffic(run_dir, excess)
     return res

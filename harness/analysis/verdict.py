@@ -108,10 +108,18 @@ def _occupancy(facts: dict) -> str | None:
 
 def _placement_text(p: Placement, with_bound: bool) -> str:
     roof = "DRAM roof" if p.bound == "memory" else "compute roof"
+    same = (f" ({p.size_copy_pct * 100:.0f}% of a copy of the same bytes)"
+            if p.size_copy_pct is not None else "")
     if with_bound:  # no ncu breakdown: the placement is all there is to say what bounds it
-        return f"{p.bound}-bound at {p.pct_of_roof * 100:.0f}% of the {roof}"
+        return f"{p.bound}-bound at {p.pct_of_roof * 100:.0f}% of the {roof}{same}"
     return (f"{p.basis} placement: {_ai(p.intensity or 0.0)} FLOP/B at "
-            f"{p.pct_of_roof * 100:.0f}% of the {roof}")
+            f"{p.pct_of_roof * 100:.0f}% of the {roof}{same}")
+
+
+def _at_memory_roof(p: Placement) -> bool:
+    """At the DRAM roof, or as close to it as a copy of the same bytes gets."""
+    return p.pct_of_roof >= ROOF_FRACTION or (
+        p.size_copy_pct is not None and p.size_copy_pct >= ROOF_FRACTION)
 
 
 def dram_roof(facts: dict, ceil: Ceilings | None,
@@ -121,6 +129,11 @@ def dram_roof(facts: dict, ceil: Ceilings | None,
     gbps = num(facts, "ncu_dram_gbps")
     if gbps is not None and ceil is not None and ceil.copy_gbps:
         f = gbps / ceil.copy_gbps
+        same = ceil.copy_gbps_at(counted_dram_bytes(facts))
+        if same and gbps / same > f and f < ROOF_FRACTION:  # short of the roof as a copy is
+            g = gbps / same
+            return g, f"of a copy of the same bytes ({f * 100:.0f}% of the 1 GiB copy rate)", \
+                g >= ROOF_FRACTION
         return f, "of the measured copy rate", f >= ROOF_FRACTION
     if b.dram is None:
         return None
@@ -218,10 +231,11 @@ def _analytic_only(facts: dict, p: Placement | None, excess: float | None) -> Ju
     if occ:
         parts.append(occ)
     lever = None
-    if p is not None and p.pct_of_roof >= ROOF_FRACTION:
+    if p is not None and p.bound == "memory" and _at_memory_roof(p):
         lever = ("at the memory roof: done; only fewer bytes help (narrower dtype, fuse with "
-                 "neighbours)" if p.bound == "memory" else
-                 "at the compute roof: done; only fewer FLOPs help (skip masked work)")
+                 "neighbours)")
+    elif p is not None and p.pct_of_roof >= ROOF_FRACTION:
+        lever = "at the compute roof: done; only fewer FLOPs help (skip masked work)"
     elif st:
         lever = STALL_ADVICE.get(st[0][0])
     text = "; ".join(parts) if parts else "no roofline or profiler data"

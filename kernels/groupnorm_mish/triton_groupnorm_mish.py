@@ -1,65 +1,135 @@
-"""GroupNorm (affine) followed by Mish, for NCHW activations, in one Triton kernel.
+"""GroupNorm (affine) followed by Mish, for NCHW activations, in Triton.
 
     x: (N, C, H, W), G groups of C/G channels; w, b: (C,)
     y = mish((x - mean_g) * rstd_g * w[c] + b[c]),   mish(v) = v * tanh(softplus(v))
 
-In NCHW a group (n, g) is one contiguous run of L = (C/G)·H·W elements, so one program owns
-one group and walks it as [CB channels x HB pixels] tiles (no per-element channel division:
-w, b are loaded per channel row of the tile).
+In NCHW a group (n, g) is one contiguous run of L = (C/G)·H·W elements, walked as
+[CB channels x HB pixels] tiles (no per-element channel division: w, b are loaded per channel
+row of the tile). Two forms, both timed by the Tuner (`SPLIT` field):
 
-- ONE_TILE (the whole group fits one register tile, <= 16K elements): one read and one write
-  of every element — the minimum.
-- otherwise two passes over the group: shifted sums (shift = the group's first element, which
-  keeps E[x^2] - E[x]^2 accurate), then normalise + Mish. Each pass is one flat loop over the
-  group's tiles, software-pipelined STAGES deep (tl.range(num_stages=)): on an H200 the
-  unpipelined kernel reached 40-50 % of the DRAM roof with long_scoreboard the top stall and
-  only 44 % occupancy (registers), i.e. too few loads in flight per program (at the SDXL shape
-  there are only 128 groups: one program per SM). The second pass walks the tiles in
-  reverse so it starts with what the first pass read last: with N·G groups in flight at once
-  and each a few hundred KiB at most, the re-read is served mostly by L2 and DRAM sees about
-  one read and one write.
+- SPLIT = 0, one kernel, one program per group:
+  - ONE_TILE (the whole group fits one register tile, <= 16K elements): one read and one
+    write of every element — the minimum.
+  - otherwise two passes over the group: shifted sums (shift = the group's first element,
+    which keeps E[x^2] - E[x]^2 accurate), then normalise + Mish. Each pass is one flat loop
+    over the group's tiles, software-pipelined STAGES deep (tl.range(num_stages=)). The second
+    pass walks the tiles in reverse so it starts with what the first pass read last: the
+    re-read is served by L2, DRAM sees one read and one write.
+  On an H200 this form reached 40-50 % of the DRAM roof at the SD U-Net shapes (ncu: SM 66 %,
+  top stalls long_scoreboard and barrier, occupancy 40 %): each program walks 80-320 KiB
+  alone, a few programs per SM, and there are only 128-512 groups.
+- SPLIT = S >= 1, two kernels, S programs per group, each owning a chunk of ceil(CPG / S)
+  whole channels: `_gn_partials` writes each chunk's shifted sums (2 fp32, the group's
+  shift shared by its chunks, so the partials add exactly), `_gn_apply` adds its group's S
+  partials in a fixed order (deterministic, no atomics) and normalises its chunk. The second
+  kernel takes the chunks in reverse launch order and its loads are marked evict_first while
+  the first kernel's are evict_last, so that the re-read comes from L2 where the tensor (or
+  its most recent part) fits; where it does not, DRAM sees 1.5x the minimum traffic, and the
+  Tuner's timing of both forms (L2 flushed before every launch) says which one wins.
 
 Mish without tanh/log: with e = exp(v), tanh(log(1 + e)) = e(e + 2) / (e(e + 2) + 2), so
-mish(v) = v · n / (n + 2), n = e(e + 2) — one exp and one division; v > 20 returns v
-(n would overflow; the factor is 1 to fp32 precision there).
+mish(v) = v · n / (n + 2), n = e(e + 2) — one exp and one fast (approximate, 2 ulp) division
+on the GPU; v > 20 returns v (n would overflow; the factor is 1 to fp32 precision there).
 """
 from __future__ import annotations
 
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 from kernels._common import Tuner
 
 MAX_ONE_TILE = 16384  # elements of a group kept in registers by the one-pass variant
+MAX_SPLIT = 64
 # candidates per shape (configs()); BLOCK: any power of two up to MAX_ONE_TILE
-_tuner = Tuner("groupnorm_mish", ("BLOCK", "num_warps", "STAGES"),
+_tuner = Tuner("groupnorm_mish", ("BLOCK", "num_warps", "STAGES", "SPLIT"),
                values={"BLOCK": tuple(2 ** i for i in range(6, 15)), "num_warps": (1, 2, 4, 8, 16),
-                       "STAGES": (1, 2, 3, 4)})
-# two-pass candidates (BLOCK, num_warps, STAGES): unpipelined, and the tile loops pipelined
-# 2-4 deep (STAGES - 1 tiles of BLOCK elements in shared memory per program)
+                       "STAGES": (1, 2, 3, 4), "SPLIT": tuple(range(MAX_SPLIT + 1))})
+# one-kernel two-pass candidates (BLOCK, num_warps, STAGES): unpipelined, and the tile loops
+# pipelined 2-4 deep (STAGES - 1 tiles of BLOCK elements in shared memory per program)
 TWO_PASS = ((4096, 8, 1), (8192, 16, 1), (4096, 8, 3), (8192, 16, 3), (2048, 4, 3),
             (4096, 4, 4), (2048, 4, 1), (8192, 8, 2))
+# split-form chunk sizes tried (elements per program, about)
+SPLIT_CHUNKS = (4096, 8192, 16384)
+last_kernels = 1  # kernels the last call launched (the check pass records it)
 
 
 @triton.jit
-def _mish(v):
+def _mish(v, FAST_DIV: tl.constexpr):
     e = tl.exp(v)
     n = e * (e + 2.0)
-    return tl.where(v > 20.0, v, v * n / (n + 2.0))
+    if FAST_DIV:  # div.approx (2 ulp): a precise fp32 division is a dozen instructions
+        m = libdevice.fast_dividef(v * n, n + 2.0)
+    else:  # the CPU interpreter has no libdevice
+        m = v * n / (n + 2.0)
+    return tl.where(v > 20.0, v, m)
+
+
+@triton.jit
+def _chunk_sums(x_ptr, base, c0, c1, shift, HW: tl.constexpr, CB: tl.constexpr,
+                HB: tl.constexpr, NHT: tl.constexpr, STAGES: tl.constexpr,
+                EVICT: tl.constexpr):
+    """Sums of (x - shift) and its square over channels [c0, c1) of the group at `base`."""
+    cl = tl.arange(0, CB)
+    hw = tl.arange(0, HB)
+    # the tiles in one flat loop (t -> channel tile t // NHT, pixel tile t % NHT), an innermost
+    # loop Triton can software-pipeline: with STAGES > 1 the next STAGES - 1 tiles are copied
+    # into shared memory (cp.async) while one is reduced
+    n_tiles = tl.cdiv(c1 - c0, CB) * NHT
+    s1 = tl.zeros([CB, HB], tl.float32)
+    s2 = tl.zeros([CB, HB], tl.float32)
+    for t in tl.range(0, n_tiles, num_stages=STAGES):
+        c = c0 + (t // NHT) * CB + cl
+        h = (t % NHT) * HB + hw
+        mask = (c < c1)[:, None] & (h < HW)[None, :]
+        # read CB x HB of x (first pass, DRAM)
+        v = tl.load(x_ptr + base + c[:, None] * HW + h[None, :], mask=mask, other=0.0,
+                    eviction_policy=EVICT).to(tl.float32)
+        v = tl.where(mask, v - shift, 0.0)
+        s1 += v
+        s2 += v * v
+    return tl.sum(tl.sum(s1, axis=1), axis=0), tl.sum(tl.sum(s2, axis=1), axis=0)
+
+
+@triton.jit
+def _chunk_apply(x_ptr, w_ptr, b_ptr, y_ptr, base, wc, c0, c1, mean, rstd,
+                 HW: tl.constexpr, CB: tl.constexpr, HB: tl.constexpr, NHT: tl.constexpr,
+                 STAGES: tl.constexpr, FAST_DIV: tl.constexpr, EVICT: tl.constexpr):
+    """y = mish((x - mean) * rstd * w + b) over channels [c0, c1) of the group at `base`
+    (`wc`: the group's first channel in w, b); tiles in reverse, most recently read first."""
+    cl = tl.arange(0, CB)
+    hw = tl.arange(0, HB)
+    n_tiles = tl.cdiv(c1 - c0, CB) * NHT
+    for t in tl.range(0, n_tiles, num_stages=STAGES):
+        tr = n_tiles - 1 - t
+        c = c0 + (tr // NHT) * CB + cl
+        h = (tr % NHT) * HB + hw
+        c_ok = c < c1
+        mask = c_ok[:, None] & (h < HW)[None, :]
+        # read CB of w and of b (L1/L2)
+        gw = tl.load(w_ptr + wc + c, mask=c_ok, other=0.0).to(tl.float32)
+        gb = tl.load(b_ptr + wc + c, mask=c_ok, other=0.0).to(tl.float32)
+        offs = base + c[:, None] * HW + h[None, :]
+        # read CB x HB of x (second pass, mostly L2) ; write CB x HB of y
+        v = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
+        # (x - mean) first: folding mean into the bias would cancel badly when |mean| >> std
+        tl.store(y_ptr + offs,
+                 _mish((v - mean) * (rstd * gw)[:, None] + gb[:, None], FAST_DIV)
+                 .to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _gn_mish(x_ptr, w_ptr, b_ptr, y_ptr, CPG, G, eps,
              HW: tl.constexpr, CB: tl.constexpr, HB: tl.constexpr, NHT: tl.constexpr,
-             ONE_TILE: tl.constexpr, STAGES: tl.constexpr):
+             ONE_TILE: tl.constexpr, STAGES: tl.constexpr, FAST_DIV: tl.constexpr):
     pid = tl.program_id(0)  # group index n * G + g
     g = pid % G
     base = pid.to(tl.int64) * CPG * HW  # (n*C + g*CPG) * HW
     L = CPG * HW
-    cl = tl.arange(0, CB)
-    hw = tl.arange(0, HB)
     if ONE_TILE:
+        cl = tl.arange(0, CB)
+        hw = tl.arange(0, HB)
         mask = (cl < CPG)[:, None] & (hw < HW)[None, :]
         offs = base + cl[:, None] * HW + hw[None, :]
         # read L elements of x (the whole group, kept in registers)
@@ -72,71 +142,108 @@ def _gn_mish(x_ptr, w_ptr, b_ptr, y_ptr, CPG, G, eps,
         gb = tl.load(b_ptr + g * CPG + cl, mask=cl < CPG, other=0.0).to(tl.float32)
         v = d * (rstd * gw)[:, None] + gb[:, None]
         # write L elements of y
-        tl.store(y_ptr + offs, _mish(v).to(y_ptr.dtype.element_ty), mask=mask)
+        tl.store(y_ptr + offs, _mish(v, FAST_DIV).to(y_ptr.dtype.element_ty), mask=mask)
     else:
-        # the group's tiles in one flat loop (t -> channel tile t // NHT, pixel tile t % NHT),
-        # so that it is an innermost loop Triton can software-pipeline: with STAGES > 1 the
-        # next STAGES - 1 tiles are copied into shared memory (cp.async) while one is reduced
-        n_tiles = tl.cdiv(CPG, CB) * NHT
         shift = tl.load(x_ptr + base).to(tl.float32)
-        s1 = tl.zeros([CB, HB], tl.float32)
-        s2 = tl.zeros([CB, HB], tl.float32)
-        for t in tl.range(0, n_tiles, num_stages=STAGES):
-            c = (t // NHT) * CB + cl
-            h = (t % NHT) * HB + hw
-            mask = (c < CPG)[:, None] & (h < HW)[None, :]
-            # read CB x HB of x (first pass, DRAM)
-            v = tl.load(x_ptr + base + c[:, None] * HW + h[None, :], mask=mask,
-                        other=0.0).to(tl.float32)
-            v = tl.where(mask, v - shift, 0.0)
-            s1 += v
-            s2 += v * v
-        m1 = tl.sum(tl.sum(s1, axis=1), axis=0) / L
-        var = tl.maximum(tl.sum(tl.sum(s2, axis=1), axis=0) / L - m1 * m1, 0.0)
-        mean = shift + m1
-        rstd = 1.0 / tl.sqrt(var + eps)
-        for t in tl.range(0, n_tiles, num_stages=STAGES):
-            tr = n_tiles - 1 - t  # reverse order: most recently read tiles first
-            c = (tr // NHT) * CB + cl
-            h = (tr % NHT) * HB + hw
-            c_ok = c < CPG
-            mask = c_ok[:, None] & (h < HW)[None, :]
-            # read CB of w and of b (L1/L2)
-            gw = tl.load(w_ptr + g * CPG + c, mask=c_ok, other=0.0).to(tl.float32)
-            gb = tl.load(b_ptr + g * CPG + c, mask=c_ok, other=0.0).to(tl.float32)
-            offs = base + c[:, None] * HW + h[None, :]
-            # read CB x HB of x (second pass, mostly L2) ; write CB x HB of y
-            v = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-            # (x - mean) first: folding mean into the bias would cancel badly when |mean| >> std
-            tl.store(y_ptr + offs,
-                     _mish((v - mean) * (rstd * gw)[:, None] + gb[:, None])
-                     .to(y_ptr.dtype.element_ty), mask=mask)
+        s1, s2 = _chunk_sums(x_ptr, base, 0, CPG, shift, HW, CB, HB, NHT, STAGES, "")
+        m1 = s1 / L
+        var = tl.maximum(s2 / L - m1 * m1, 0.0)
+        _chunk_apply(x_ptr, w_ptr, b_ptr, y_ptr, base, g * CPG, 0, CPG, shift + m1,
+                     1.0 / tl.sqrt(var + eps), HW, CB, HB, NHT, STAGES, FAST_DIV, "")
+
+
+@triton.jit
+def _gn_partials(x_ptr, part_ptr, CPG, CPC, HW: tl.constexpr, CB: tl.constexpr,
+                 HB: tl.constexpr, NHT: tl.constexpr, SPLIT: tl.constexpr,
+                 STAGES: tl.constexpr):
+    pid = tl.program_id(0)  # group * SPLIT + chunk
+    grp = pid // SPLIT
+    c0 = (pid % SPLIT) * CPC
+    base = grp.to(tl.int64) * CPG * HW
+    # read 1 element of x (the group's shift; every chunk of the group uses the same)
+    shift = tl.load(x_ptr + base).to(tl.float32)
+    # read the chunk of x (DRAM; kept in L2 for the apply kernel where it fits)
+    s1, s2 = _chunk_sums(x_ptr, base, c0, tl.minimum(c0 + CPC, CPG), shift, HW, CB, HB, NHT,
+                         STAGES, "evict_last")
+    # write 2 floats
+    tl.store(part_ptr + 2 * pid, s1)
+    tl.store(part_ptr + 2 * pid + 1, s2)
+
+
+@triton.jit
+def _gn_apply(x_ptr, w_ptr, b_ptr, part_ptr, y_ptr, CPG, CPC, G, eps,
+              HW: tl.constexpr, CB: tl.constexpr, HB: tl.constexpr, NHT: tl.constexpr,
+              SPLIT: tl.constexpr, SPLIT_P2: tl.constexpr, STAGES: tl.constexpr,
+              FAST_DIV: tl.constexpr):
+    # reverse launch order: the chunks the partials kernel read last (still in L2) go first
+    q = tl.num_programs(0) - 1 - tl.program_id(0)
+    grp = q // SPLIT
+    c0 = (q % SPLIT) * CPC
+    base = grp.to(tl.int64) * CPG * HW
+    k = tl.arange(0, SPLIT_P2)
+    # read the group's 2 x SPLIT partial sums (added in a fixed order: deterministic)
+    ps = part_ptr + 2 * grp * SPLIT + 2 * k
+    s1 = tl.sum(tl.load(ps, mask=k < SPLIT, other=0.0), axis=0)
+    s2 = tl.sum(tl.load(ps + 1, mask=k < SPLIT, other=0.0), axis=0)
+    # read 1 element of x (the shift the partials were taken around)
+    shift = tl.load(x_ptr + base).to(tl.float32)
+    L = CPG * HW
+    m1 = s1 / L
+    var = tl.maximum(s2 / L - m1 * m1, 0.0)
+    _chunk_apply(x_ptr, w_ptr, b_ptr, y_ptr, base, (grp % G) * CPG, c0,
+                 tl.minimum(c0 + CPC, CPG), shift + m1, 1.0 / tl.sqrt(var + eps), HW, CB, HB,
+                 NHT, STAGES, FAST_DIV, "evict_first")
 
 
 def tile(cpg: int, hw: int, block: int) -> tuple[int, int, bool]:
-    """(CB, HB, ONE_TILE) for a tile budget of `block` elements."""
+    """(CB, HB, ONE_TILE) for a tile budget of `block` elements over `cpg` channels."""
     hb = min(triton.next_power_of_2(hw), block)
     cb = max(1, block // hb)
     return cb, hb, (cb >= cpg and hb >= hw)
 
 
-def configs(cpg: int, hw: int) -> list[tuple[int, int, int]]:
-    """(BLOCK, num_warps, STAGES) candidates; the first is the untimed default."""
+def configs(cpg: int, hw: int) -> list[tuple[int, int, int, int]]:
+    """(BLOCK, num_warps, STAGES, SPLIT) candidates; the first is the untimed default.
+
+    One kernel: the one-tile configs where the group fits (nothing to pipeline), else up to 6
+    two-pass ones. Split form: chunks of whole channels of about SPLIT_CHUNKS elements, at
+    least 2 per group, each in tiles of up to 8192 elements (a chunk of several tiles also
+    pipelined 2 deep); at most 10 in all."""
     one = triton.next_power_of_2(cpg) * triton.next_power_of_2(hw)
     out = []
     if one <= MAX_ONE_TILE:  # no loop: nothing to pipeline
-        out += [(one, w, 1) for w in (8, 16, 4) if 4 <= one // (32 * w) <= 64]
-    out += [c for c in TWO_PASS if c[0] < one]
-    return out[:8] or [(one, 4, 1)]
+        out += [(one, w, 1, 0) for w in (8, 16, 4) if 4 <= one // (32 * w) <= 64]
+    out += [(*c, 0) for c in TWO_PASS if c[0] < one][:6]
+    seen = set()
+    for chunk in SPLIT_CHUNKS:
+        cpc = max(1, chunk // hw)
+        split = triton.cdiv(cpg, cpc)
+        cpc = triton.cdiv(cpg, split)  # balance the chunks
+        if split < 2 or split > MAX_SPLIT or split in seen:
+            continue
+        seen.add(split)
+        elems = triton.next_power_of_2(cpc) * triton.next_power_of_2(hw)
+        block = min(8192, elems)
+        out.append((block, 8 if block >= 4096 else 4, 1, split))
+        if elems > block:  # a chunk of several tiles: also pipelined
+            out.append((block, 8, 2, split))
+    return out[:10] or [(one, 4, 1, 0)]
+
+
+def kernels_launched() -> int:
+    """Kernels the last groupnorm_mish call launched: 1, or 2 in the split form."""
+    return last_kernels
 
 
 def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.Tensor,
                    eps: float = 1e-5, out: torch.Tensor | None = None,
-                   config: tuple[int, int, int] | None = None) -> torch.Tensor:
+                   config: tuple[int, int, int, int] | None = None) -> torch.Tensor:
     """mish(GroupNorm(x)) for x (N, C, H, W) contiguous, w, b (C,); returns y (N, C, H, W).
 
-    `config` forces (BLOCK, num_warps, STAGES) instead of the tuned choice.
+    `config` forces (BLOCK, num_warps, STAGES, SPLIT) instead of the tuned choice; a
+    3-tuple means SPLIT 0 (one kernel).
     """
+    global last_kernels
     if x.dim() != 4:
         raise ValueError(f"expected x of shape (N, C, H, W), got {tuple(x.shape)}")
     N, C, H, W = x.shape
@@ -150,15 +257,32 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
     cpg, hw = C // num_groups, H * W
     if x.numel() == 0:
         return y
+    fast = x.is_cuda
+    groups = N * num_groups
 
     def launch(cfg):
-        block, warps, stages = cfg
-        cb, hb, one = tile(cpg, hw, block)
-        _gn_mish[(N * num_groups,)](x, w, b, y, cpg, num_groups, eps, HW=hw, CB=cb, HB=hb,
-                                     NHT=triton.cdiv(hw, hb), ONE_TILE=one, STAGES=stages,
-                                     num_warps=warps)
+        block, warps, stages, split = (*cfg, 0) if len(cfg) == 3 else cfg
+        if split == 0:
+            cb, hb, one = tile(cpg, hw, block)
+            _gn_mish[(groups,)](x, w, b, y, cpg, num_groups, eps, HW=hw, CB=cb, HB=hb,
+                                NHT=triton.cdiv(hw, hb), ONE_TILE=one, STAGES=stages,
+                                FAST_DIV=fast, num_warps=warps)
+            return
+        split = min(split, cpg)
+        cpc = triton.cdiv(cpg, split)
+        split = triton.cdiv(cpg, cpc)  # no empty chunk
+        cb, hb, _ = tile(cpc, hw, block)
+        nht = triton.cdiv(hw, hb)
+        part = torch.empty(2 * groups * split, device=x.device, dtype=torch.float32)
+        _gn_partials[(groups * split,)](x, part, cpg, cpc, HW=hw, CB=cb, HB=hb, NHT=nht,
+                                        SPLIT=split, STAGES=stages, num_warps=warps)
+        _gn_apply[(groups * split,)](x, w, b, part, y, cpg, cpc, num_groups, eps, HW=hw, CB=cb,
+                                     HB=hb, NHT=nht, SPLIT=split,
+                                     SPLIT_P2=triton.next_power_of_2(split), STAGES=stages,
+                                     FAST_DIV=fast, num_warps=warps)
 
     if config is None:
         config = _tuner.pick((N, C, hw, num_groups, x.dtype), configs(cpg, hw), launch)
     launch(config)
+    last_kernels = 1 if len(config) == 3 or config[3] == 0 else 2
     return y

@@ -1,5 +1,6 @@
-"""groupnorm_mish: the one-kernel GroupNorm + Mish (interpreter) against the reference:
-one-tile and two-pass paths, ragged channel/pixel tiles, broken impls."""
+"""groupnorm_mish: the Triton GroupNorm + Mish (interpreter) against the reference: the
+one-kernel form's one-tile and two-pass paths, the split form (partials + apply), ragged
+channel/pixel tiles and chunks, broken impls."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -58,7 +59,7 @@ def test_mish_extremes_and_large_offsets():
     b = torch.zeros(8)
     want = F.mish(F.group_norm(x.double(), 4, w.double(), b.double(), 1e-5))
     torch_err = (F.mish(F.group_norm(x, 4, w, b, 1e-5)).double() - want).abs().max()
-    for config in [(256, 4, 1), (16, 1, 3)]:  # one tile, and two passes
+    for config in [(256, 4, 1), (16, 1, 3), (16, 1, 1, 2)]:  # one tile, two passes, split
         y = tgm.groupnorm_mish(x, 4, w, b, config=config)
         assert torch.isfinite(y).all()
         # fp32 cannot do much better here (x - mean loses ~17 bits); torch's fp32 error is ~1.4
@@ -66,14 +67,53 @@ def test_mish_extremes_and_large_offsets():
 
 
 def test_candidates():
-    """3-tuples the kernel takes; one-tile shapes first (no loop), unpipelined before
-    pipelined in the two-pass list, at most 8."""
+    """4-tuples the kernels take; one-tile shapes first (no loop), unpipelined before
+    pipelined in the two-pass list, then the split form (2+ chunks of whole channels), at
+    most 10."""
     for cpg, hw in ((10, 4096), (20, 1024), (10, 16384), (2, 35), (8, 64)):
         cands = tgm.configs(cpg, hw)
-        assert 1 <= len(cands) <= 8 and len(set(cands)) == len(cands)
-        one = [c for c in cands if tgm.tile(cpg, hw, c[0])[2]]
+        assert 1 <= len(cands) <= 10 and len(set(cands)) == len(cands)
+        assert all(len(c) == 4 for c in cands)
+        one = [c for c in cands if c[3] == 0 and tgm.tile(cpg, hw, c[0])[2]]
         assert all(c[2] == 1 for c in one) and cands[:len(one)] == one
-    assert {c[2] for c in tgm.configs(10, 4096)} == {1, 2, 3, 4}
+        split = [c for c in cands if c[3]]
+        assert cands[len(cands) - len(split):] == split  # one kernel first
+        assert all(2 <= c[3] <= cpg for c in split)
+    assert {c[2] for c in tgm.configs(10, 4096) if not c[3]} == {1, 3, 4}
+    assert {c[3] for c in tgm.configs(10, 4096)} == {0, 10, 5, 3}  # 1, 2 and 4 channels
+    assert {c[3] for c in tgm.configs(10, 16384)} == {0, 10}
+    assert not any(c[3] for c in tgm.configs(2, 35))  # a one-tile group: nothing to split
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("shape,config", [
+    ((2, 32, 16, 16, 8), (256, 4, 1, 4)),   # one channel per chunk, one tile each
+    ((2, 32, 16, 16, 8), (64, 2, 2, 2)),    # 2 channels per chunk in 8 pipelined tiles
+    ((1, 30, 5, 7, 3), (16, 2, 1, 3)),      # chunks of 4, 4, 2 channels x 35 pixels (ragged)
+    ((1, 30, 5, 7, 3), (64, 2, 1, 4)),      # 4 chunks asked, 3 kept (no empty chunk)
+    ((2, 12, 3, 3, 2), (16, 1, 1, 1)),      # one chunk per group: two kernels all the same
+    ((1, 12, 4, 4, 3), (16, 1, 3, 64)),     # more chunks asked than channels: one each
+])
+def test_split_form(shape, config, dtype):
+    impl = _impl(lambda x, w, b, groups, out=None:
+                 tgm.groupnorm_mish(x, groups, w, b, out=out, config=config))
+    res = check(OP, impl, _p(*shape), dtype, "cpu")
+    assert res.correct, res.error
+    assert tgm.kernels_launched() == 2
+    tgm.groupnorm_mish(torch.randn(1, 4, 2, 2), 2, torch.ones(4), torch.zeros(4),
+                       config=(16, 1, 1, 0))
+    assert tgm.kernels_launched() == 1
+
+
+def test_split_matches_one_kernel():
+    """The split form adds the same shifted partial sums: it agrees with the one-kernel form
+    to fp32 rounding, and with itself exactly when run again."""
+    x = torch.randn(2, 30, 6, 6) * 3 + 50  # a mean far from zero: the shared shift matters
+    w, b = torch.rand(30) + 0.5, torch.randn(30)
+    one = tgm.groupnorm_mish(x, 3, w, b, config=(64, 2, 2, 0))
+    split = tgm.groupnorm_mish(x, 3, w, b, config=(64, 2, 1, 4))
+    assert torch.allclose(one, split, atol=1e-5, rtol=1e-5)
+    assert torch.equal(split, tgm.groupnorm_mish(x, 3, w, b, config=(64, 2, 1, 4)))
 
 
 def test_torch_peer():
