@@ -48,13 +48,15 @@ FIELDS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
 # Tuner timing both forms, triton_flash ran at 0.96-1.04x the speed of the TMA form alone over
 # the 16 shapes of experiments/flash_tma.yaml (geo-mean 1.00x, run ...-d4bf): twice the
 # candidates to compile and time for no gain. The TMA form alone measured 0.95-1.14x the
-# pointer form (run ...-1554).
+# pointer form (run ...-1554). TMA 2 is the TMA kernel with its key loops warp-specialized by
+# Triton (tl.range(warp_specialize=True)); only forced (e.g. experiments/tune/flash_fwd_ws.yaml),
+# never timed by default.
 FWD_FIELDS = (*FIELDS, "TMA")
 # what a YAML config may force (harness variants): the values above plus tile sizes tl.dot takes
 _tuner = Tuner("attention.flash_fwd", FWD_FIELDS,
                configs=[*FWD_CONFIGS[128], *FWD_CONFIGS[64], *SMALL_D_CONFIGS, INTERPRETER_CONFIG],
                values={"BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (16, 32, 64, 128),
-                       "num_warps": (2, 4, 8), "num_stages": range(1, 7), "TMA": (0, 1)},
+                       "num_warps": (2, 4, 8), "num_stages": range(1, 7), "TMA": (0, 1, 2)},
                rules=[Rule(("BLOCK_M", "BLOCK_N"), lambda m, n: m % n == 0,
                            "BLOCK_M % BLOCK_N == 0")])
 
@@ -225,7 +227,8 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     """o (B, H, N, D) in q's dtype and lse (B, H, N) fp32 in base 2, for q, k, v (B, H, N, D).
 
     `config` = (BLOCK_M, BLOCK_N, num_warps, num_stages[, TMA]) forces one launch
-    configuration (TMA 0, the default: pointer loads; 1: the TMA kernel); otherwise the Tuner
+    configuration (TMA 0, the default: pointer loads; 1: the TMA kernel; 2: the TMA kernel
+    with warp-specialized key loops); otherwise the Tuner
     picks per (B, H, N, D, causal, dtype) among the TMA configs where N allows them, else among
     the pointer ones.
     """
@@ -245,9 +248,9 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
         bm, bn, warps, stages, tma = cfg
         if tma:
             if launch_tma is None:
-                raise ValueError(f"config {tuple(cfg)}: TMA=1, but "
+                raise ValueError(f"config {tuple(cfg)}: TMA={tma}, but "
                                  f"{flash_fwd_tma.unsupported(N, D)}")
-            return launch_tma((bm, bn, warps, stages))
+            return launch_tma((bm, bn, warps, stages), ws=tma == 2)
         grid = (triton.cdiv(N, bm), B * H)
         _flash_fwd_kernel[grid](q, k, v, o, lse, N, qk_scale, HEAD_DIM=D, BLOCK_M=bm,
                                 BLOCK_N=bn, CAUSAL=causal, INTERP_BF16=interp_bf16, num_warps=warps,

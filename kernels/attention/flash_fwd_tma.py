@@ -55,10 +55,13 @@ _tuner = Tuner("attention.flash_fwd_tma", FIELDS,
 
 @triton.jit
 def _tiles_tma(acc, m_i, l_i, q, desc_k, desc_v, head_row, offs_m, lo, hi, qk_scale,
-               BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, INTERP_BF16: tl.constexpr):
-    """Fold key tiles [lo, hi) of one head into (acc, m_i, l_i); every tile is whole."""
+               BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, INTERP_BF16: tl.constexpr,
+               WS: tl.constexpr):
+    """Fold key tiles [lo, hi) of one head into (acc, m_i, l_i); every tile is whole. WS:
+    Triton's automatic warp specialization of the loop (producer warps issue the TMA loads,
+    consumer warps the MMAs and the softmax)."""
     offs_n = tl.arange(0, BLOCK_N)
-    for start_n in range(lo, hi, BLOCK_N):
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
         # read BLOCK_N x D of K (TMA), used as K^T
         k = desc_k.load([head_row + start_n, 0])
         qk = _mma(q, k.T, None, INTERP_BF16)
@@ -77,7 +80,8 @@ def _tiles_tma(acc, m_i, l_i, q, desc_k, desc_v, head_row, offs_m, lo, hi, qk_sc
 @triton.jit
 def _flash_fwd_tma_kernel(desc_q, desc_k, desc_v, desc_o, LSE, n_ctx, qk_scale,
                           HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                          CAUSAL: tl.constexpr, INTERP_BF16: tl.constexpr):
+                          CAUSAL: tl.constexpr, INTERP_BF16: tl.constexpr,
+                          WS: tl.constexpr = False):
     """desc_*: (B*H*N, D) row views with BLOCK_M (q, o) or BLOCK_N (k, v) row boxes;
     LSE: (B*H, N) fp32, base-2 log-sum-exp. n_ctx % BLOCK_M == 0."""
     pid_m = _query_tile(n_ctx // BLOCK_M, CAUSAL)
@@ -93,14 +97,14 @@ def _flash_fwd_tma_kernel(desc_q, desc_k, desc_v, desc_o, LSE, n_ctx, qk_scale,
     if CAUSAL:
         # tiles left of the diagonal band: every key visible
         acc, m_i, l_i = _tiles_tma(acc, m_i, l_i, q, desc_k, desc_v, head_row, offs_m,
-                                   0, start_m, qk_scale, BLOCK_N, False, INTERP_BF16)
+                                   0, start_m, qk_scale, BLOCK_N, False, INTERP_BF16, WS)
         # the diagonal band, masked
         acc, m_i, l_i = _tiles_tma(acc, m_i, l_i, q, desc_k, desc_v, head_row, offs_m,
                                    start_m, start_m + BLOCK_M, qk_scale, BLOCK_N, True,
-                                   INTERP_BF16)
+                                   INTERP_BF16, WS)
     else:
         acc, m_i, l_i = _tiles_tma(acc, m_i, l_i, q, desc_k, desc_v, head_row, offs_m,
-                                   0, n_ctx, qk_scale, BLOCK_N, False, INTERP_BF16)
+                                   0, n_ctx, qk_scale, BLOCK_N, False, INTERP_BF16, WS)
     o = acc / l_i[:, None]
     # write BLOCK_M floats of LSE
     tl.store(LSE + bh.to(tl.int64) * n_ctx + offs_m, m_i + tl.log2(l_i))
@@ -128,15 +132,16 @@ def unsupported(N: int, D: int) -> str | None:
 
 def tma_launcher(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                  lse: torch.Tensor, causal: bool):
-    """`launch(config)`: the TMA forward of contiguous q, k, v (B, H, N, D) into o and lse
-    with config (BLOCK_M, BLOCK_N, num_warps, num_stages); a tile that does not divide N is a
-    ValueError. flash_fwd.flash_forward uses it for its TMA=1 candidates."""
+    """`launch(config, ws=False)`: the TMA forward of contiguous q, k, v (B, H, N, D) into o
+    and lse with config (BLOCK_M, BLOCK_N, num_warps, num_stages), the key loops
+    warp-specialized when `ws`; a tile that does not divide N is a ValueError.
+    flash_fwd.flash_forward uses it for its TMA=1 (ws off) and TMA=2 (ws on) candidates."""
     B, H, N, D = q.shape
     qk_scale = LOG2E / math.sqrt(D)
     interp_bf16 = interp_bf16_flag(q.dtype)
     rows = [t.view(B * H * N, D) for t in (q, k, v, o)]
 
-    def launch(cfg):
+    def launch(cfg, ws: bool = False):
         bm, bn, warps, stages = cfg
         if bm % bn or N % bm:
             raise ValueError(f"config {tuple(cfg)}: BLOCK_M must divide N={N} and be a "
@@ -145,7 +150,8 @@ def tma_launcher(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Ten
                           for t, b in zip(rows, (bm, bn, bn, bm)))
         _flash_fwd_tma_kernel[(N // bm, B * H)](
             dq, dk, dv, do, lse, N, qk_scale, HEAD_DIM=D, BLOCK_M=bm, BLOCK_N=bn,
-            CAUSAL=causal, INTERP_BF16=interp_bf16, num_warps=warps, num_stages=stages)
+            CAUSAL=causal, INTERP_BF16=interp_bf16, WS=ws, num_warps=warps,
+            num_stages=stages)
 
     return launch
 

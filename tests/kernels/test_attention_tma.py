@@ -197,3 +197,37 @@ def test_default_impl_tma_on_ragged_n_is_a_clear_error():
     q = torch.zeros(1, 1, 40, 16, dtype=torch.float16)
     with pytest.raises(ValueError, match=r"TMA=1, but .*multiple of 32, got N=40"):
         flash_fwd.flash_forward(q, q, q, False, config=(32, 16, 4, 1, 1))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_warp_specialized_tma_form_when_forced(causal):
+    """TMA: 2 (the TMA kernel with warp-specialized key loops) runs only when forced, reaches
+    the kernel's WS flag, and passes the check; the Tuner never times it by default."""
+    from harness import tuning
+    from kernels.attention import flash_fwd, flash_fwd_tma
+
+    flags = []
+    orig = flash_fwd_tma.tma_launcher
+
+    def spy(*a, **kw):
+        launch = orig(*a, **kw)
+
+        def wrapped(cfg, ws=False):
+            flags.append(ws)
+            return launch(cfg, ws=ws)
+
+        return wrapped
+
+    flash_fwd_tma.tma_launcher = spy
+    try:
+        with tuning.forcing({"attention.flash_fwd": {"TMA": 2}}), tuning.recording() as log:
+            res = check(OP, OP.get_impl("triton_flash"), _params(causal=causal, mode="fwd"),
+                        "float16", "cpu")
+    finally:
+        flash_fwd_tma.tma_launcher = orig
+    assert res.correct, res.error
+    assert flags and all(flags) and {c["TMA"] for c in log.configs().values()} == {2}
+    assert not flash_fwd.uses_tma((64, 64, 4, 3, 2))  # not in what is timed by default
+    with pytest.raises(ValueError, match=r"TMA=2, but .*got N=40"):
+        q = torch.zeros(1, 1, 40, 16, dtype=torch.float16)
+        flash_fwd.flash_forward(q, q, q, False, config=(32, 16, 4, 1, 2))
