@@ -25,7 +25,10 @@ row of the tile). Two forms, both timed by the Tuner (`SPLIT` field):
   kernel takes the chunks in reverse launch order and its loads are marked evict_first while
   the first kernel's are evict_last, so that the re-read comes from L2 where the tensor (or
   its most recent part) fits; where it does not, DRAM sees 1.5x the minimum traffic, and the
-  Tuner's timing of both forms (L2 flushed before every launch) says which one wins.
+  Tuner's timing of both forms (L2 flushed before every launch) says which one wins. On an
+  H200 it lost at 512 groups (best split 41.0 us vs 32.8 us one-kernel) and tied at 128
+  (41.3 vs 41.7 us), so it is a candidate only where the one-kernel form leaves SMs idle
+  (fewer than SPLIT_BELOW groups per SM, e.g. batch 1: 32 groups on 132 SMs).
 
 Mish without tanh/log: with e = exp(v), tanh(log(1 + e)) = e(e + 2) / (e(e + 2) + 2), so
 mish(v) = v · n / (n + 2), n = e(e + 2) — one exp and one fast (approximate, 2 ulp) division
@@ -38,7 +41,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from kernels._common import Tuner
+from kernels._common import Tuner, sm_count
 
 MAX_ONE_TILE = 16384  # elements of a group kept in registers by the one-pass variant
 MAX_SPLIT = 64
@@ -52,6 +55,10 @@ TWO_PASS = ((4096, 8, 1), (8192, 16, 1), (4096, 8, 3), (8192, 16, 3), (2048, 4, 
             (4096, 4, 4), (2048, 4, 1), (8192, 8, 2))
 # split-form chunk sizes tried (elements per program, about)
 SPLIT_CHUNKS = (4096, 8192, 16384)
+# the split form is a candidate below this many groups per SM: on an H200 (run
+# ...-tune-groupnorm-mish-c12b) it lost to the one-kernel form by 1.25x or more at 512 groups
+# (3.9 per SM) and tied it at 128 (1.0 per SM: 41.3 vs 41.7 us)
+SPLIT_BELOW = 2
 last_kernels = 1  # kernels the last call launched (the check pass records it)
 
 
@@ -202,20 +209,22 @@ def tile(cpg: int, hw: int, block: int) -> tuple[int, int, bool]:
     return cb, hb, (cb >= cpg and hb >= hw)
 
 
-def configs(cpg: int, hw: int) -> list[tuple[int, int, int, int]]:
-    """(BLOCK, num_warps, STAGES, SPLIT) candidates; the first is the untimed default.
+def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1) -> list[tuple[int, int, int, int]]:
+    """(BLOCK, num_warps, STAGES, SPLIT) candidates for `groups` groups on `sms` SMs; the
+    first is the untimed default.
 
     One kernel: the one-tile configs where the group fits (nothing to pipeline), else up to 6
-    two-pass ones. Split form: chunks of whole channels of about SPLIT_CHUNKS elements, at
-    least 2 per group, each in tiles of up to 8192 elements (a chunk of several tiles also
-    pipelined 2 deep); at most 10 in all."""
+    two-pass ones. Split form, only where the one-kernel form has fewer than SPLIT_BELOW
+    programs per SM: chunks of whole channels of about SPLIT_CHUNKS elements, at least 2 per
+    group, each in tiles of up to 8192 elements (a chunk of several tiles also pipelined 2
+    deep); at most 10 in all."""
     one = triton.next_power_of_2(cpg) * triton.next_power_of_2(hw)
     out = []
     if one <= MAX_ONE_TILE:  # no loop: nothing to pipeline
         out += [(one, w, 1, 0) for w in (8, 16, 4) if 4 <= one // (32 * w) <= 64]
     out += [(*c, 0) for c in TWO_PASS if c[0] < one][:6]
     seen = set()
-    for chunk in SPLIT_CHUNKS:
+    for chunk in SPLIT_CHUNKS if groups < SPLIT_BELOW * sms else ():
         cpc = max(1, chunk // hw)
         split = triton.cdiv(cpg, cpc)
         cpc = triton.cdiv(cpg, split)  # balance the chunks
@@ -282,7 +291,8 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
                                      FAST_DIV=fast, num_warps=warps)
 
     if config is None:
-        config = _tuner.pick((N, C, hw, num_groups, x.dtype), configs(cpg, hw), launch)
+        config = _tuner.pick((N, C, hw, num_groups, x.dtype),
+                             configs(cpg, hw, groups, sm_count(x.device)), launch)
     launch(config)
     last_kernels = 1 if len(config) == 3 or config[3] == 0 else 2
     return y

@@ -71,7 +71,7 @@ def test_candidates():
     pipelined in the two-pass list, then the split form (2+ chunks of whole channels), at
     most 10."""
     for cpg, hw in ((10, 4096), (20, 1024), (10, 16384), (2, 35), (8, 64)):
-        cands = tgm.configs(cpg, hw)
+        cands = tgm.configs(cpg, hw, 128, 132)
         assert 1 <= len(cands) <= 10 and len(set(cands)) == len(cands)
         assert all(len(c) == 4 for c in cands)
         one = [c for c in cands if c[3] == 0 and tgm.tile(cpg, hw, c[0])[2]]
@@ -79,10 +79,13 @@ def test_candidates():
         split = [c for c in cands if c[3]]
         assert cands[len(cands) - len(split):] == split  # one kernel first
         assert all(2 <= c[3] <= cpg for c in split)
-    assert {c[2] for c in tgm.configs(10, 4096) if not c[3]} == {1, 3, 4}
-    assert {c[3] for c in tgm.configs(10, 4096)} == {0, 10, 5, 3}  # 1, 2 and 4 channels
-    assert {c[3] for c in tgm.configs(10, 16384)} == {0, 10}
-    assert not any(c[3] for c in tgm.configs(2, 35))  # a one-tile group: nothing to split
+    assert {c[2] for c in tgm.configs(10, 4096, 32, 132) if not c[3]} == {1, 3, 4}
+    assert {c[3] for c in tgm.configs(10, 4096, 32, 132)} == {0, 10, 5, 3}  # 1, 2, 4 channels
+    assert {c[3] for c in tgm.configs(10, 16384, 128, 132)} == {0, 10}
+    assert not any(c[3] for c in tgm.configs(2, 35, 4, 132))  # one tile: nothing to split
+    # enough groups to fill the SMs twice over: the one-kernel form only
+    assert not any(c[3] for c in tgm.configs(10, 4096, 512, 132))
+    assert any(c[3] for c in tgm.configs(10, 4096, 263, 132))
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
