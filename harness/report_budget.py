@@ -64,6 +64,7 @@ def fit(render: Render, ctx: dict, limit: int = LIMIT) -> str:
     md = render(ctx)
     if len(md) <= limit:
         return md
+    full_cases = ctx.get("cases")
     steps = [FIRST, *DROP, *THEN]
     for step in steps:
         key = step[0]
@@ -79,5 +80,23 @@ def fit(render: Render, ctx: dict, limit: int = LIMIT) -> str:
                 ctx = {**ctx, "cases": None}
         md = render(ctx)
         if len(md) <= limit:
+            if key != FIRST[0] and full_cases:  # a later cut made room: case rows back in
+                return _regrow_cases(render, ctx, full_cases, limit) or md
             return md
     return md  # still over: everything cuttable is gone (the note says what)
+
+
+def _regrow_cases(render: Render, ctx: dict, full: dict, limit: int) -> str | None:
+    """The Markdown with as many of the per-case table's rows as fit now that later sections
+    were cut (they were cut first, while those sections were still there); None: no more fit."""
+    n = len(_rows({"cases": full}, "cases"))
+    if len(_rows(ctx, "cases")) >= n:
+        return None
+    cut = [c for c in ctx["cut"] if not c.startswith(FIRST[1] + ":")]
+    trial = {**ctx, "cases": full, "cut": cut}
+    md = render(trial)
+    if len(md) <= limit:
+        return md
+    grown, kept = _largest_fit(render, trial, "cases", limit,
+                               lambda k: _note(FIRST[1], FIRST[2], k, n))
+    return render(grown) if kept > len(_rows(ctx, "cases")) else None

@@ -108,3 +108,30 @@ def test_report_table_has_the_same_size_copy_column_only_when_measured():
     t = report_context.cases_table(pd.DataFrame([base]), cpu=False, primary="gbps",
                                    baseline="torch")
     assert "% of same-size copy" not in t["columns"]
+
+
+def test_real_h200_curve_and_a_layernorm_run_placed_on_it():
+    """A run captured on an H200 (runs/examples/...-layernorm-db33, its manifest holds the
+    calibration it was judged against): the copy rate climbs with size (a 64 MiB copy is well
+    short of the 1 GiB rate), and the stored `pct_of_size_copy` of each memory-bound case is its
+    GB/s over the curve at its own bytes."""
+    from harness import store
+    from harness.results import ITEMSIZE
+
+    run = Path(__file__).parent.parent / "runs" / "examples" / "20261123T192831Z-layernorm-db33"
+    cal = store.load_manifest(run)["calibration"]
+    c = Ceilings.from_calibration(cal)
+    sizes = [b for b, _ in c.copy_curve]
+    rates = [g for _, g in c.copy_curve]
+    assert sizes == sorted(sizes) and rates == sorted(rates)  # faster with size, every step
+    assert c.copy_gbps_at(64 * MB) < 0.8 * c.copy_gbps  # 32 MiB each way: far from 1 GiB's
+    res = store.load_results(run).set_index("case_id")
+    op = get_op("layernorm")
+    for cid in ("triton.M=16384.N=1024.mode=fwd.float16", "triton.M=8192.N=4096.mode=fwd.float16"):
+        r = res.loc[cid]
+        nbytes = op.byte_count(Params(M=int(cid.split("M=")[1].split(".")[0]),
+                                      N=int(cid.split("N=")[1].split(".")[0]), mode="fwd"),
+                               ITEMSIZE["float16"])
+        want = nbytes / (r.median_ms * 1e-3) / 1e9 / c.copy_gbps_at(nbytes) * 100
+        assert r.pct_of_size_copy == pytest.approx(want, rel=1e-6)
+        assert r.pct_of_size_copy > r.pct_of_roof  # the same-size copy is the lower bar

@@ -49,8 +49,11 @@ FIELDS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
 # the 16 shapes of experiments/flash_tma.yaml (geo-mean 1.00x, run ...-d4bf): twice the
 # candidates to compile and time for no gain. The TMA form alone measured 0.95-1.14x the
 # pointer form (run ...-1554). TMA 2 is the TMA kernel with its key loops warp-specialized by
-# Triton (tl.range(warp_specialize=True)); only forced (e.g. experiments/tune/flash_fwd_ws.yaml),
-# never timed by default.
+# Triton (tl.range(warp_specialize=True)); only forced (experiments/tune/flash_fwd_ws.yaml),
+# never timed by default: on an H200 with triton 3.6 (run ...-tune-flash-fwd-ws-9c16, N=4096)
+# the 8-warp tiles ran 0.99-1.03x the same tiles without it, none reached the Tuner's pick, and
+# the 4-warp tiles failed to compile (PassManager::run failed) or, at 64x64 non-causal, wrote
+# NaN (the check caught it).
 FWD_FIELDS = (*FIELDS, "TMA")
 # what a YAML config may force (harness variants): the values above plus tile sizes tl.dot takes
 _tuner = Tuner("attention.flash_fwd", FWD_FIELDS,
