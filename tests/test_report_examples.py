@@ -112,3 +112,21 @@ def test_a_config_grid_report_lists_implementations_down_fastest_first():
     assert "the highest TFLOP/s in the column" in md
     also = next(ln for ln in md.splitlines() if ln.startswith("- Also, geo-mean"))
     assert "… 29 more …" in also and also.count("**") == 2 * 8
+
+
+def test_case_rows_cut_early_come_back_when_a_later_cut_makes_room():
+    """The per-case rows are cut first, while the hot source lines are still there; once the
+    hot lines are dropped too, as many case rows as now fit come back (a config grid with ncu
+    on every variant kept none before: its report had no per-case table at all)."""
+    def render(ctx):
+        cases = ctx["cases"]["rows"] if ctx.get("cases") else []
+        hot = ctx.get("hot_lines") or []
+        return ("x" * 100 + "c" * (10 * len(cases)) + "h" * (10 * len(hot)) + "|"
+                + "|".join(ctx["cut"]))
+
+    ctx = {"cases": {"rows": [[i] for i in range(50)]}, "hot_lines": list(range(80)),
+           "occupancy": None, "verdicts": [], "failures": [], "flags": [], "pivot": []}
+    md = report_budget.fit(render, ctx, limit=800)
+    assert len(md) <= 800 and "h" not in md.split("|")[0]  # the hot lines were dropped
+    assert md.split("|")[0].count("c") >= 400  # 40+ case rows came back into the room
+    assert "hot source lines" in md
