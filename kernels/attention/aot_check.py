@@ -71,7 +71,8 @@ def builds(quick: bool, dtype: str = "fp16", dims=(64, 128)):
                 yield build(flash_fwd_tma._flash_fwd_tma_kernel, "fwd_tma",
                             {**descs(D, desc_q=c[0], desc_k=c[1], desc_v=c[1], desc_o=c[0]),
                              "LSE": "*fp32"}, {"n_ctx": "i32", "qk_scale": "fp32"},
-                            {**flags, "BLOCK_M": c[0], "BLOCK_N": c[1]}, c, D, causal)
+                            {**flags, "BLOCK_M": c[0], "BLOCK_N": c[1], "WS": False}, c, D,
+                            causal)
             for c in pick(flash_bwd.DKDV_CONFIGS[D]):
                 yield build(flash_bwd._bwd_dkdv_kernel, "bwd_dkdv", {**bwd_ptrs, "DK": t, "DV": t},
                             bwd_scalars, {**flags, "BLOCK_M1": c[0], "BLOCK_N1": c[1]}, c, D,

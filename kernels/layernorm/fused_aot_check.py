@@ -148,16 +148,36 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
                          "BLOCK_H": c.block_h}, c.num_warps, c.num_stages,
                         aligned=("M", "H", "D", "s_xm", "s_w1h", "s_w2d", "s_ym"))
     if want("groupnorm_mish"):
+        # 32 groups on 132 SMs: the split form's candidates too
         for cpg, hw in ((10, 4096), (20, 1024), (10, 16384))[:1 if quick else 3]:
-            for block, warps, stages in pick(tgm.configs(cpg, hw)):
-                cb, hb, one = tgm.tile(cpg, hw, block)
-                yield build(tgm._gn_mish, "groupnorm_mish",
-                            f"HW={hw} {'one' if one else 'two-pass'} {cb}x{hb} w{warps} "
-                            f"STAGES={stages}",
-                            {"x_ptr": t, "w_ptr": t, "b_ptr": t, "y_ptr": t, "CPG": "i32",
-                             "G": "i32", "eps": "fp32"},
-                            {"HW": hw, "CB": cb, "HB": hb, "NHT": triton.cdiv(hw, hb),
-                             "ONE_TILE": one, "STAGES": stages}, warps)
+            cands = tgm.configs(cpg, hw, 32, 132)
+            for block, warps, stages, split in (cands[:1] + [c for c in cands if c[3]][:1]
+                                                if quick else cands):
+                if split == 0:
+                    cb, hb, one = tgm.tile(cpg, hw, block)
+                    yield build(tgm._gn_mish, "groupnorm_mish",
+                                f"HW={hw} {'one' if one else 'two-pass'} {cb}x{hb} w{warps} "
+                                f"STAGES={stages}",
+                                {"x_ptr": t, "w_ptr": t, "b_ptr": t, "y_ptr": t, "CPG": "i32",
+                                 "G": "i32", "eps": "fp32"},
+                                {"HW": hw, "CB": cb, "HB": hb, "NHT": triton.cdiv(hw, hb),
+                                 "ONE_TILE": one, "STAGES": stages, "FAST_DIV": True}, warps)
+                    continue
+                cpc = triton.cdiv(cpg, min(split, cpg))  # as groupnorm_mish's launch
+                split = triton.cdiv(cpg, cpc)
+                cb, hb, _ = tgm.tile(cpc, hw, block)
+                tiles = {"HW": hw, "CB": cb, "HB": hb, "NHT": triton.cdiv(hw, hb),
+                         "SPLIT": split, "STAGES": stages}
+                label = f"HW={hw} split {split}x{cpc}ch {cb}x{hb} w{warps} STAGES={stages}"
+                yield build(tgm._gn_partials, "groupnorm_mish", label + " partials",
+                            {"x_ptr": t, "part_ptr": "*fp32", "CPG": "i32", "CPC": "i32"},
+                            tiles, warps)
+                yield build(tgm._gn_apply, "groupnorm_mish", label + " apply",
+                            {"x_ptr": t, "w_ptr": t, "b_ptr": t, "part_ptr": "*fp32",
+                             "y_ptr": t, "CPG": "i32", "CPC": "i32", "G": "i32",
+                             "eps": "fp32"},
+                            {**tiles, "SPLIT_P2": triton.next_power_of_2(split),
+                             "FAST_DIV": True}, warps)
 
 
 def main(argv=None) -> int:

@@ -30,8 +30,12 @@ def test_experiment_file(name):
     assert exp.baseline == "torch"
     assert 100 <= exp.timing.rep_ms <= 200
     assert len(cases) <= 40, "keep the GPU run short"
-    # every GPU shape moves a working set of at least 64 MiB (bytes of the op's floor)
+    # every GPU shape moves a working set of at least 64 MiB (bytes of the op's floor), but
+    # groupnorm_mish's batch-1 SDXL shape (20 MiB: 32 groups, the split form's case; the report
+    # places it against a copy of its own size)
     for c in cases:
+        if name == "groupnorm_mish" and ".N=1." in c.case_id:
+            continue
         itemsize = TORCH_DTYPES[c.dtype].itemsize
         assert op.byte_count(Params(c.params_dict), itemsize) >= 64 * 2 ** 20, c.case_id
     # smoke shapes are interpreter-sized
@@ -122,7 +126,7 @@ def _assert_pipelined_builds():
     for stages in (1, 3):
         g = build(tgm._gn_mish, "groupnorm_mish", "", gn,
                   {"HW": 4096, "CB": 1, "HB": 4096, "NHT": 1, "ONE_TILE": False,
-                   "STAGES": stages}, 8)
+                   "STAGES": stages, "FAST_DIV": True}, 8)
         b = build(tlb._ln_bwd_rows, "layernorm_bwd", "", lb,
                   {"ROWS": 1, "BLOCK_N": 4096, "STAGES": stages}, 8,
                   aligned=("N", "x_stride", "dy_stride", "dx_stride"))
