@@ -74,6 +74,15 @@ def _mish(v, FAST_DIV: tl.constexpr):
 
 
 @triton.jit
+def _stats(s1, s2, shift, L, eps):
+    """(mean, rstd) of a group from its sums of (x - shift) and their squares over L
+    elements."""
+    m1 = s1 / L
+    var = tl.maximum(s2 / L - m1 * m1, 0.0)
+    return shift + m1, 1.0 / tl.sqrt(var + eps)
+
+
+@triton.jit
 def _chunk_sums(x_ptr, base, c0, c1, shift, HW: tl.constexpr, CB: tl.constexpr,
                 HB: tl.constexpr, NHT: tl.constexpr, STAGES: tl.constexpr,
                 EVICT: tl.constexpr):
@@ -153,10 +162,9 @@ def _gn_mish(x_ptr, w_ptr, b_ptr, y_ptr, CPG, G, eps,
     else:
         shift = tl.load(x_ptr + base).to(tl.float32)
         s1, s2 = _chunk_sums(x_ptr, base, 0, CPG, shift, HW, CB, HB, NHT, STAGES, "")
-        m1 = s1 / L
-        var = tl.maximum(s2 / L - m1 * m1, 0.0)
-        _chunk_apply(x_ptr, w_ptr, b_ptr, y_ptr, base, g * CPG, 0, CPG, shift + m1,
-                     1.0 / tl.sqrt(var + eps), HW, CB, HB, NHT, STAGES, FAST_DIV, "")
+        mean, rstd = _stats(s1, s2, shift, L, eps)
+        _chunk_apply(x_ptr, w_ptr, b_ptr, y_ptr, base, g * CPG, 0, CPG, mean, rstd, HW, CB, HB,
+                     NHT, STAGES, FAST_DIV, "")
 
 
 @triton.jit
@@ -194,12 +202,17 @@ def _gn_apply(x_ptr, w_ptr, b_ptr, part_ptr, y_ptr, CPG, CPC, G, eps,
     s2 = tl.sum(tl.load(ps + 1, mask=k < SPLIT, other=0.0), axis=0)
     # read 1 element of x (the shift the partials were taken around)
     shift = tl.load(x_ptr + base).to(tl.float32)
-    L = CPG * HW
-    m1 = s1 / L
-    var = tl.maximum(s2 / L - m1 * m1, 0.0)
+    mean, rstd = _stats(s1, s2, shift, CPG * HW, eps)
     _chunk_apply(x_ptr, w_ptr, b_ptr, y_ptr, base, (grp % G) * CPG, c0,
-                 tl.minimum(c0 + CPC, CPG), shift + m1, 1.0 / tl.sqrt(var + eps), HW, CB, HB,
-                 NHT, STAGES, FAST_DIV, "evict_first")
+                 tl.minimum(c0 + CPC, CPG), mean, rstd, HW, CB, HB, NHT, STAGES, FAST_DIV,
+                 "evict_first")
+
+
+def chunks(cpg: int, split: int) -> tuple[int, int]:
+    """(chunks, channels per chunk) of the split form asked for `split` chunks of a group of
+    `cpg` channels: at most one per channel, balanced, none empty."""
+    cpc = triton.cdiv(cpg, max(1, min(split, cpg)))
+    return triton.cdiv(cpg, cpc), cpc
 
 
 def tile(cpg: int, hw: int, block: int) -> tuple[int, int, bool]:
@@ -225,9 +238,7 @@ def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1) -> list[tuple[int,
     out += [(*c, 0) for c in TWO_PASS if c[0] < one][:6]
     seen = set()
     for chunk in SPLIT_CHUNKS if groups < SPLIT_BELOW * sms else ():
-        cpc = max(1, chunk // hw)
-        split = triton.cdiv(cpg, cpc)
-        cpc = triton.cdiv(cpg, split)  # balance the chunks
+        split, cpc = chunks(cpg, triton.cdiv(cpg, max(1, chunk // hw)))
         if split < 2 or split > MAX_SPLIT or split in seen:
             continue
         seen.add(split)
@@ -277,9 +288,7 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
                                 NHT=triton.cdiv(hw, hb), ONE_TILE=one, STAGES=stages,
                                 FAST_DIV=fast, num_warps=warps)
             return
-        split = min(split, cpg)
-        cpc = triton.cdiv(cpg, split)
-        split = triton.cdiv(cpg, cpc)  # no empty chunk
+        split, cpc = chunks(cpg, split)
         cb, hb, _ = tile(cpc, hw, block)
         nht = triton.cdiv(hw, hb)
         part = torch.empty(2 * groups * split, device=x.device, dtype=torch.float32)

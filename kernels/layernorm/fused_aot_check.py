@@ -163,8 +163,7 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
                                 {"HW": hw, "CB": cb, "HB": hb, "NHT": triton.cdiv(hw, hb),
                                  "ONE_TILE": one, "STAGES": stages, "FAST_DIV": True}, warps)
                     continue
-                cpc = triton.cdiv(cpg, min(split, cpg))  # as groupnorm_mish's launch
-                split = triton.cdiv(cpg, cpc)
+                split, cpc = tgm.chunks(cpg, split)
                 cb, hb, _ = tgm.tile(cpc, hw, block)
                 tiles = {"HW": hw, "CB": cb, "HB": hb, "NHT": triton.cdiv(hw, hb),
                          "SPLIT": split, "STAGES": stages}
