@@ -169,6 +169,21 @@ def _bench_cpu(fn, warmup_ms, rep_ms, min_samples, max_samples, max_rel_err) -> 
     return Samples(tuple(ms), "cpu_wall")
 
 
+def flushed_call_ms(fn: Callable[[], object], flush: Callable[[], object], calls: int) -> float:
+    """Milliseconds per call of `fn` preceded by `flush`, over `calls` back-to-back calls
+    (CUDA events; at least 1 us): a rough estimate to size the timing that follows."""
+    import torch
+
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(calls):
+        flush()
+        fn()
+    e.record()
+    torch.cuda.synchronize()
+    return max(s.elapsed_time(e) / calls, 1e-3)
+
+
 def _bench_cuda(fn, warmup_ms, rep_ms, min_samples, max_samples, flush, cuda_graph,
                 max_rel_err, hide_host, clock_probe=None) -> Samples:
     import torch
@@ -176,14 +191,7 @@ def _bench_cuda(fn, warmup_ms, rep_ms, min_samples, max_samples, flush, cuda_gra
     fn()
     torch.cuda.synchronize()
     # estimate one call (with flush) to size the warm-up and the batches
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(3):
-        flush()
-        fn()
-    e.record()
-    torch.cuda.synchronize()
-    est = max(s.elapsed_time(e) / 3, 1e-3)
+    est = flushed_call_ms(fn, flush, 3)
     for _ in range(max(1, int(warmup_ms / est))):
         flush()
         fn()

@@ -251,15 +251,10 @@ class Tuner:
         flash.yaml's 55 s cold check pass, and a 6 ms candidate was judged on one sample."""
         import torch
 
+        from harness.timing import flushed_call_ms
+
         fn, flush = (lambda: launch(cfg)), _l2_flusher()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(2):
-            flush()
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        n = max(MIN_REPS, min(MAX_REPS, int(REP_MS / max(start.elapsed_time(end) / 2, 1e-3))))
+        n = max(MIN_REPS, min(MAX_REPS, int(REP_MS / flushed_call_ms(fn, flush, 2))))
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(n)]
         for a, b in events:
