@@ -66,6 +66,7 @@ aa() {  # NAME A B
   [ -n "$2" ] && [ -n "$3" ] && python3 -m harness compare "$2" "$3" --store "$store" \
     > "$out/$1.compare.txt" 2>&1
 }
+fused_all="layernorm layernorm_bwd groupnorm_mish linear_gelu mlp"
 mkdir -p "$store"; for r in ${SEED_RUNS:-}; do cp -r "$r" "$store/"; done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu \
   --format=csv > "$out/gpu.txt" 2>&1
@@ -108,13 +109,13 @@ PY
       # the runs record the archive's commit (BEFORE_REV, else the tgz's name before_<rev>.tgz)
       now_sha=${HARNESS_GIT_SHA:-}
       export HARNESS_GIT_SHA=${BEFORE_REV:-$(basename "$BEFORE_TGZ" .tgz | sed 's/^before_//')}
-      for e in ${FUSED_BEFORE:-${FUSED:-layernorm layernorm_bwd groupnorm_mish linear_gelu mlp}}; do
+      for e in ${FUSED_BEFORE:-${FUSED:-$fused_all}}; do
         run "before_$e" 150 "experiments/$e.yaml" > /dev/null
       done
       export HARNESS_GIT_SHA=$now_sha
       rm -rf kernels experiments && cp -r "$out/now/kernels" "$out/now/experiments" . ;;
     fused)
-      for e in ${FUSED:-layernorm layernorm_bwd groupnorm_mish linear_gelu mlp}; do
+      for e in ${FUSED:-$fused_all}; do
         run "$e" 150 "experiments/$e.yaml" > /dev/null
       done ;;
     matmul) run linear_gelu 150 experiments/linear_gelu.yaml > /dev/null
