@@ -197,6 +197,7 @@ VERB_MODULES = {
     "import": "harness.importer",
     "compare": "harness.analysis.compare_cli",
     "report": "harness.report",
+    "picks": "harness.picks",
     "dashboard": "dashboard.launch",
 }
 

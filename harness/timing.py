@@ -145,6 +145,13 @@ def host_ms(fn: Callable[[], object], reps: int = 5) -> float:
     return float(np.median(times))
 
 
+def hiding_cycles(fn: Callable[[], object]) -> int:
+    """torch.cuda._sleep cycles that hold the GPU for twice `fn`'s host time (20 us to 5 ms):
+    queued after the L2 flush and before the start event, the call's kernels are all queued
+    when the event fires, so the events time the device work alone (host_overhead "hide")."""
+    return int(min(max(2 * host_ms(fn), 0.02), 5.0) * _sleep_cycles_per_ms())
+
+
 def _enough(ms: list[float], elapsed_ms: float, rep_ms: float, min_samples: int,
             max_samples: int, max_rel_err: float) -> bool:
     if len(ms) >= max_samples:
@@ -215,7 +222,7 @@ def _bench_cuda(fn, warmup_ms, rep_ms, min_samples, max_samples, flush, cuda_gra
 
     sleep = 0
     if hide_host:  # hold the GPU until the call's kernels are queued (see module docstring)
-        sleep = int(min(max(2 * host_ms(run), 0.02), 5.0) * _sleep_cycles_per_ms())
+        sleep = hiding_cycles(run)
     batch = int(min(max(1, 20.0 / est), 100))  # ~20 ms of work between host syncs
     ms: list[float] = []
     clocks: list[float] = []

@@ -173,9 +173,14 @@ def stored_pick(tuner: str, key: Any) -> dict | None:
     return _STORED.get(tuner, {}).get(repr(key))
 
 
-def remember(tuner: str, key: Any, config: dict, source: str) -> None:
-    """A Tuner timed a new pick: keep it for `stored_pick` and for `take_new_picks`."""
+def remember(tuner: str, key: Any, config: dict, source: str,
+             evidence: dict | None = None) -> None:
+    """A Tuner timed a new pick: keep it for `stored_pick` and for `take_new_picks`.
+    `evidence` ({"candidates": [{"config", "ms", "final_ms" | "error"}], "compile_s",
+    "timing_s"}) is what the pick rests on: every candidate's timing, or why it was skipped."""
     rec = {"config": dict(config), "source": source}
+    if evidence:
+        rec["evidence"] = evidence
     _STORED.setdefault(tuner, {})[repr(key)] = rec
     _NEW.setdefault(tuner, {})[repr(key)] = rec
 

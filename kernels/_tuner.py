@@ -21,21 +21,25 @@ one field. Valid values of a field: those in `configs` (the static candidate lis
   4. in a compile-ahead worker (harness.tuning.compile_only): every candidate compiled, the
      first that launched returned, nothing timed or kept;
   5. on the GPU: the candidates compiled concurrently (`precompile`), the clocks brought up
-     (`spin_up`), then timed one by one (`measure`: the median of L2-flushed launches); a
-     config that fails to compile or run is skipped. The finalists (within FINALIST_BAND of the
+     (`spin_up`), then timed one by one (`measure`: the median of L2-flushed launches, the
+     host's launch time hidden as in the harness's timing); a config that fails to compile
+     or run is skipped (its error is kept). The finalists (within FINALIST_BAND of the
      fastest, at most MAX_FINALISTS) are timed again over about FINAL_ROUNDS interleaved
      rounds in rotating order (a whole number of rotations, so each finalist takes every slot
      equally often), and the best geometric mean wins; a finalist within TIE of it that comes
-     earlier in the candidate list wins instead. One pass in list order picked configs by when they were
-     timed (an H200 warming up from idle, drift): two runs of unchanged code picked different
-     triton_flash configs 4-8 % apart.
+     earlier in the candidate list wins instead. One pass in list order picked configs by
+     when they were timed (an H200 warming up from idle, drift): two runs of unchanged code
+     picked different triton_flash configs 4-8 % apart.
 `timed` (optional) narrows what 4 and 5 compile and time when nothing is forced: only the
 candidates it accepts (all of them if it accepts none). The others stay reachable by forcing
 (a YAML `config: {TMA: 0}` is matched against every candidate and times the matching ones):
 a kernel with a second form that measured as fast or faster wherever it runs times only that
 form's tiles by default, and keeps the first form for the shapes the second cannot take and
 for side-by-side runs.
-Every pick is logged for the harness (harness.tuning.record) with its source.
+Every pick is logged for the harness (harness.tuning.record) with its source, and a timed pick
+is stored with its evidence (every candidate's first-pass and finalist milliseconds, or its
+error), which `python -m harness picks RUN` prints: a surprising pick can be checked against
+the timings it was made from.
 """
 from __future__ import annotations
 
@@ -74,14 +78,18 @@ class Rule:
 
 
 def precompile(candidates: Sequence, launch: Callable[[Any], None],
-               initializer: Callable[[], None] | None = None) -> list:
+               initializer: Callable[[], None] | None = None,
+               failed: dict | None = None) -> list:
     """Launch every candidate once so that they are compiled, the first on this thread (it
     sets up Triton's per-device caches), the rest concurrently from a thread pool (compilation
-    releases the GIL). Returns the candidates that launched, in their order."""
+    releases the GIL). Returns the candidates that launched, in their order; `failed` (when
+    given) gets {candidate: one-line error} for the others."""
     def attempt(cfg) -> bool:
         try:
             launch(cfg)
-        except Exception:  # a config that does not compile (shared memory, registers): skipped
+        except Exception as exc:  # a config that does not compile (smem, registers): skipped
+            if failed is not None:
+                failed[cfg] = one_line(exc)
             return False
         return True
 
@@ -122,6 +130,7 @@ class Tuner:
         self.sources: dict[Hashable, str] = {}
         self._dicts: dict[Any, dict] = {}
         self._forced_picks: dict[Hashable, Any] = {}
+        self.evidence: dict[Hashable, dict] = {}  # key -> what its timed pick rests on
 
     # -- what the harness validates a YAML config against ------------------------------------
     def valid_values(self, field: str) -> tuple:
@@ -226,7 +235,7 @@ class Tuner:
             return (launched or pool)[0]
         cfg = self._tune(key, pool, launch)
         self._keep(key, cfg, "tuned")
-        tuning.remember(self.name, key, self.as_dict(cfg), "tuned")
+        tuning.remember(self.name, key, self.as_dict(cfg), "tuned", self.evidence.get(key))
         return cfg
 
     def _keep(self, key, cfg, source: str):
@@ -248,17 +257,22 @@ class Tuner:
         two flushed launches that estimate the count. triton.testing.do_bench, used before,
         spent 6 launches on its estimate and at least one on warm-up before each timing, and
         timed a launch longer than REP_MS once: on an H200 the Tuners' timing was 26.5 of
-        flash.yaml's 55 s cold check pass, and a 6 ms candidate was judged on one sample."""
+        flash.yaml's 55 s cold check pass, and a 6 ms candidate was judged on one sample.
+        The host's launch time is hidden (harness.timing.hiding_cycles) as in the harness's
+        own timing: a form launching two kernels must not lose on Python time the case's
+        timing does not count."""
         import torch
 
-        from harness.timing import flushed_call_ms
+        from harness.timing import flushed_call_ms, hiding_cycles
 
         fn, flush = (lambda: launch(cfg)), _l2_flusher()
         n = max(MIN_REPS, min(MAX_REPS, int(REP_MS / flushed_call_ms(fn, flush, 2))))
+        sleep = hiding_cycles(fn)
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(n)]
         for a, b in events:
             flush()
+            torch.cuda._sleep(sleep)
             a.record()
             fn()
             b.record()
@@ -286,36 +300,68 @@ class Tuner:
         import time
 
         todo = candidates
+        failed: dict = {}  # candidate -> why it was skipped (kept with the pick)
         t0 = time.perf_counter()
         if self.precompile_enabled():
-            todo = precompile(candidates, launch, initializer=_cuda_thread_initializer())
+            todo = precompile(candidates, launch, initializer=_cuda_thread_initializer(),
+                              failed=failed)
             _synchronize()
         t1 = time.perf_counter()
         try:
-            return self._time_all(key, todo, launch)
+            cfg, first, final = self._time_all(key, todo, launch, failed)
         finally:  # what this pick cost the case: compile (and load) vs timing seconds
             tuning.add_cost(t1 - t0, time.perf_counter() - t1)
+        self.evidence[key] = self._evidence(candidates, first, final, failed,
+                                            (t1 - t0, time.perf_counter() - t1))
+        return cfg
 
-    def _time_all(self, key, todo, launch):
+    def _evidence(self, candidates, first: dict, final: dict, failed: dict, cost) -> dict:
+        """What a timed pick rests on, in candidate order: each candidate's first-pass ms, its
+        finalist score (geometric mean of the rounds) or why it was skipped; stored with the
+        pick (tuner_picks.json) and shown by `harness picks`."""
+        rows = []
+        for c in candidates:
+            row: dict[str, Any] = {"config": self.as_dict(c)}
+            if c in first:
+                row["ms"] = first[c]
+            if c in final:
+                row["final_ms"] = final[c]
+            if c in failed:
+                row["error"] = failed[c]
+            elif c not in first:
+                row["error"] = "not timed"
+            rows.append(row)
+        return {"candidates": rows, "compile_s": round(cost[0], 3),
+                "timing_s": round(cost[1], 3)}
+
+    def _time_all(self, key, todo, launch, failed: dict | None = None):
+        """(winner, {candidate: first-pass ms}, {finalist: score ms}); a candidate that fails
+        to launch or time is skipped (its error kept in `failed`)."""
         timings = {}  # candidate index -> ms
+        failed = {} if failed is None else failed
         for i, cfg in enumerate(todo):
             try:
                 if not timings:
                     self.spin_up(launch, cfg)
                 timings[i] = self.measure(launch, cfg)
-            except Exception:  # a config that fails to compile or launch (e.g. out of smem)
+            except Exception as exc:  # fails to compile or launch (e.g. out of smem)
+                failed[cfg] = one_line(exc)
                 continue
         if not timings:
-            raise RuntimeError(f"{self.name}: no launch configuration compiled for {key}")
-        return todo[self._final(todo, timings, launch)]
+            raise RuntimeError(f"{self.name}: no launch configuration compiled for {key}"
+                               + (f" ({next(iter(failed.values()))})" if failed else ""))
+        win, score = self._final(todo, timings, launch)
+        return (todo[win], {todo[i]: ms for i, ms in timings.items()},
+                {todo[i]: ms for i, ms in score.items()})
 
-    def _final(self, todo: list, first: dict[int, float], launch) -> int:
-        """The index of the winner among the first pass's finalists (see the module doc)."""
+    def _final(self, todo: list, first: dict[int, float], launch) -> tuple[int, dict]:
+        """(the index of the winner among the first pass's finalists, {finalist index: score
+        ms}) (see the module doc)."""
         fastest = min(first.values())
         finalists = sorted((i for i, ms in first.items() if ms <= fastest * (1 + FINALIST_BAND)),
                            key=lambda i: first[i])[:MAX_FINALISTS]
         if len(finalists) == 1:
-            return finalists[0]
+            return finalists[0], {}
         k = len(finalists)
         rounds: dict[int, list[float]] = {i: [] for i in finalists}
         for r in range(k * max(1, round(FINAL_ROUNDS / k))):  # whole rotations: 4 for 2, 3 for 3
@@ -325,7 +371,7 @@ class Tuner:
         # position in time, so a drift linear in log time cancels (a median would keep part)
         score = {i: math.exp(sum(map(math.log, v)) / len(v)) for i, v in rounds.items()}
         best = min(score.values())
-        return min(i for i in finalists if score[i] <= best * (1 + TIE))
+        return min(i for i in finalists if score[i] <= best * (1 + TIE)), score
 
 
 _FLUSHER: list = []
@@ -355,6 +401,13 @@ def _synchronize() -> None:
 
     if torch.cuda.is_available():
         torch.cuda.synchronize()
+
+
+def one_line(exc: BaseException, limit: int = 200) -> str:
+    """`Type: first line of the message`, at most `limit` characters."""
+    msg = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {msg[0]}" if msg else type(exc).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _plain(v):

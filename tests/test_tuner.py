@@ -147,9 +147,11 @@ def test_timed_picks_are_remembered_and_a_later_process_reuses_them(tmp_path):
     assert t.pick(("fwd", 1), CANDS, lambda c: None) == (64, 64, 4, 3)
     assert len(t.timed) == 3
     new = tuning.take_new_picks()
-    assert new == {"t.flash": {repr(("fwd", 1)): {
-        "config": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3},
-        "source": "tuned"}}}
+    rec = new["t.flash"][repr(("fwd", 1))]
+    assert list(new) == ["t.flash"] and list(new["t.flash"]) == [repr(("fwd", 1))]
+    assert rec["config"] == {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
+    assert rec["source"] == "tuned"
+    assert [c["ms"] for c in rec["evidence"]["candidates"]] == [1.0, 0.5, 1.0]
     store.save_tuner_picks(tmp_path, new, shard="gpu1")
     # a fresh Tuner (another worker process) with the stored picks loaded times nothing
     fresh = flash_like(CPUTuner)
@@ -269,3 +271,60 @@ def test_timed_narrows_what_is_timed_and_forcing_still_reaches_every_candidate()
     # untimed (the interpreter): the first candidate of all, as before
     assert Tuner("t.form4", fields, configs=cands).pick("k", cands, lambda c: None,
                                                         timed=second) == cands[0]
+
+
+def test_a_timed_pick_is_stored_with_every_candidates_timing_and_every_failure():
+    """The evidence a pick rests on travels with it (tuner_picks.json): each candidate's first
+    pass, the finalists' scores, and the error of one that failed — a surprising pick can be
+    checked against the timings it was made from."""
+    class Failing(CPUTuner):
+        def measure(self, launch, cfg):
+            if cfg == CANDS[0]:
+                raise RuntimeError("out of resource: shared memory\nrequired: 232448")
+            return super().measure(launch, cfg)
+
+    t = flash_like(Failing, ms={CANDS[1]: 1.0, CANDS[2]: 1.05})
+    assert t.pick("k", CANDS, lambda c: None) == CANDS[1]
+    rec = tuning.take_new_picks()["t.flash"]["'k'"]
+    ev = rec["evidence"]["candidates"]
+    assert [c["config"]["BLOCK_N"] for c in ev] == [64, 64, 128]  # candidate order
+    assert ev[0]["error"] == "RuntimeError: out of resource: shared memory"
+    assert "ms" not in ev[0]
+    assert ev[1]["ms"] == 1.0 and ev[2]["ms"] == 1.05
+    assert ev[1]["final_ms"] == pytest.approx(1.0) and ev[2]["final_ms"] == pytest.approx(1.05)
+    assert rec["config"] == t.as_dict(CANDS[1])
+
+
+def test_precompile_keeps_why_a_candidate_failed():
+    def launch(cfg):
+        if cfg == "bad":
+            raise ValueError("x" * 500)
+
+    failed = {}
+    assert precompile(["a", "bad"], launch, failed=failed) == ["a"]
+    assert failed["bad"].startswith("ValueError: xxx") and len(failed["bad"]) == 200
+
+
+def test_picks_verb_prints_the_evidence_and_rejects_an_unknown_tuner(tmp_path, capsys):
+    from harness import store
+    from harness.cli import main
+    from harness.picks import rows
+
+    run = tmp_path / "r1"
+    run.mkdir()
+    (run / store.MANIFEST).write_text("{}")
+    ev = {"candidates": [{"config": {"B": 1}, "ms": 0.030},
+                         {"config": {"B": 2}, "ms": 0.016, "final_ms": 0.0165},
+                         {"config": {"B": 3}, "error": "RuntimeError: boom"},
+                         {"config": {"B": 4}, "ms": 0.017, "final_ms": 0.0170}],
+          "compile_s": 1.5, "timing_s": 0.4}
+    store.save_tuner_picks(run, {"gn": {"(1, 320)": {"config": {"B": 2}, "source": "tuned",
+                                                     "evidence": ev}}})
+    ordered = rows(ev, {"B": 2})
+    assert [r["config"]["B"] for r in ordered] == [2, 4, 1, 3]
+    assert ordered[0]["picked"] and ordered[1]["vs_pick"] == pytest.approx(0.017 / 0.0165)
+    assert main(["picks", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "RuntimeError: boom" in out and "30.0" in out and "16.5" in out
+    assert main(["picks", str(run), "--tuner", "nope"]) == 2
+    assert "--tuner" in capsys.readouterr().err
