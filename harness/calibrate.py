@@ -91,7 +91,10 @@ def measure() -> dict:
     t = ms(lambda: kern[(numel // block,)](xa, ya, ITERS=iters, BLOCK=block, num_warps=8))
     out["fma_tflops_fp32"] = 2 * 4 * iters * numel / (t * 1e-3) / 1e12
     props = torch.cuda.get_device_properties(0)
+    from harness.timing import TIMING_METHOD
+
     out.update(gpu_name=props.name, sm_count=sms, torch=torch.__version__,
+               timing_method=TIMING_METHOD,
                measured_utc=datetime.now(timezone.utc).isoformat())
     return out
 
@@ -100,7 +103,15 @@ def ensure(root: str | Path, gpu_name: str | None, console) -> dict | None:
     """The cached ceilings for this GPU, measuring them once if missing (GPU runs only)."""
     from harness import store
 
+    from harness.timing import TIMING_METHOD
+
     cal = store.load_calibration(gpu_name, root)
+    if cal is not None and cal.get("timing_method") != TIMING_METHOD:
+        # the copy curve is timed as a case is: a curve taken by another method would place
+        # this run's cases against ceilings its own timing does not share
+        console.print(f"re-calibrating {gpu_name}: the cached ceilings were timed by "
+                      f"{cal.get('timing_method') or 'an older method'}")
+        cal = None
     if cal is None and gpu_name:
         console.print(f"calibrating the roofline ceilings of {gpu_name} (once per GPU; "
                       "`harness calibrate` to redo)")

@@ -104,6 +104,9 @@ def fingerprint(device: str) -> dict:
         "cpu": platform.processor() or platform.machine(),
         **{k: gpu.get(k) for k, _ in NVSMI_FIELDS if k not in ("gpu_name", "driver")},
     }
+    from harness.timing import TIMING_METHOD
+
+    env["timing_method"] = TIMING_METHOD if device == "cuda" else None
     env.update(git_info(Path(__file__).resolve().parent.parent))
     return env
 

@@ -71,8 +71,8 @@ def test_no_comparable_run_is_one_line_saying_why(tmp_path):
     a = pairing.record(this)
     assert a.run_id is None and a.how == "auto"
     assert a.why == (f"no earlier run of synthetic on NVIDIA H200 in {tmp_path}/ (3 earlier runs "
-                     f"of synthetic: 1 interrupted, 1 on another GPU, driver or software, 1 with "
-                     f"no case in common)")
+                     f"of synthetic: 1 interrupted, 1 on another GPU, driver or software, or timed "
+                     f"by another method, 1 with no case in common)")
     s = since_data(this)
     assert s.message == f"since: {a.why}" and since_lines(s) == [s.message]
     assert since_markdown(s) == f"> since: {a.why}\n"

@@ -45,3 +45,34 @@ def test_cpu_bench_stops_early_when_precise():
     s = bench(lambda: None, device="cpu", warmup_ms=1, rep_ms=10_000, min_samples=10,
               max_samples=100_000, max_rel_err=0.5)
     assert s.n < 100_000
+
+
+def test_runs_timed_by_another_flush_are_not_compared_and_old_ceilings_are_redone(tmp_path):
+    """The L2 flush reads its buffer now (a zeroing flush left dirty lines that the timed
+    kernel wrote back: 8-13 % on memory-bound kernels on an H200). A GPU run recorded before
+    the method was (its env has no timing_method) is not comparable with one after; CPU runs
+    have no flush and no method; a calibration cached by another method is measured again."""
+    from rich.console import Console
+
+    from harness import calibrate, store
+    from harness.analysis.compare import env_problems
+    from harness.timing import TIMING_METHOD, Flusher
+
+    gpu = {"device": "cuda", "gpu_name": "NVIDIA H200", "driver": "580"}
+    old, new = dict(gpu), {**gpu, "timing_method": TIMING_METHOD}
+    assert env_problems(new, new) == []
+    assert env_problems(old, new) == [
+        f"timing method differs: 'l2-zero-flush (unrecorded)' vs '{TIMING_METHOD}'"]
+    cpu = {"device": "cpu", "timing_method": None}
+    assert env_problems(cpu, {"device": "cpu"}) == []
+    assert Flusher("cpu", True).buf is None  # nothing to flush off the GPU
+    Flusher("cpu", True)()
+
+    store.save_calibration(tmp_path, "NVIDIA H200", {"copy_gbps": 4000.0})  # no method: old
+    console = Console(record=True, width=200)
+    assert calibrate.ensure(tmp_path, "NVIDIA H200", console) is None  # no GPU here to redo it
+    text = console.export_text()
+    assert "re-calibrating NVIDIA H200" in text and "calibration skipped" in text
+    store.save_calibration(tmp_path, "NVIDIA H200", {"copy_gbps": 4000.0,
+                                                     "timing_method": TIMING_METHOD})
+    assert calibrate.ensure(tmp_path, "NVIDIA H200", Console())["copy_gbps"] == 4000.0

@@ -77,7 +77,7 @@ def why_not(m: dict, other: dict, other_dir: Path, case_ids: set[str]) -> str | 
         return "of another experiment"
     env, oenv = m.get("env") or {}, other.get("env") or {}
     if env_problems(oenv, env) or any(oenv.get(k) != env.get(k) for k in SOFTWARE):
-        return "on another GPU, driver or software"
+        return "on another GPU, driver or software, or timed by another method"
     status = store.effective_status(other)
     if status not in ("complete", "partial"):
         return f"{status or 'without a status'}"
