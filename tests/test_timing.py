@@ -67,6 +67,12 @@ def test_runs_timed_by_another_flush_are_not_compared_and_old_ceilings_are_redon
     assert env_problems(cpu, {"device": "cpu"}) == []
     assert Flusher("cpu", True).buf is None  # nothing to flush off the GPU
     Flusher("cpu", True)()
+    import torch  # the flush itself, on CPU tensors: a read of the buffer into the sink
+
+    fl = Flusher("cpu", True)
+    fl.buf, fl.sink = torch.ones(1000, dtype=torch.int32), torch.empty((), dtype=torch.int64)
+    fl()
+    assert int(fl.sink) == 1000 and int(fl.buf.sum()) == 1000  # the buffer is only read
 
     store.save_calibration(tmp_path, "NVIDIA H200", {"copy_gbps": 4000.0})  # no method: old
     console = Console(record=True, width=200)
