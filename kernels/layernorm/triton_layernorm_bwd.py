@@ -111,6 +111,9 @@ def _ln_bwd_colsum(dwp_ptr, dbp_ptr, dw_ptr, db_ptr, P, N,
 PER_SM_STAGES = (((2, 1), (1, 1), (4, 1), (1, 3), (2, 2), (2, 3), (2, 4), (4, 2), (4, 3)),
                  ((2, 1), (1, 1), (4, 1), (2, 3), (2, 4), (4, 3)))
 
+# for the one-or-two-warp row: more programs per SM (several rows in flight per SM)
+PER_SM_SMALL = ((4, 1), (8, 1), (4, 3), (8, 2))
+
 
 def colsum_tiles(P: int, N: int, sms: int) -> tuple[int, int]:
     """(BLOCK_P, BLOCK_C) of the column-sum kernel: column strips narrow enough that there is
@@ -128,7 +131,8 @@ def colsum_tiles(P: int, N: int, sms: int) -> tuple[int, int]:
 def configs(M: int, N: int, itemsize: int = 2) -> list[tuple[int, int, int, int]]:
     """(programs per SM, ROWS, num_warps, STAGES) candidates, best guess first (the
     interpreter uses the first untimed): the two (ROWS, warps) pairs closest to 8 fp32 values
-    per thread per row-tile and ~8 KiB of x per iteration, with PER_SM_STAGES; a
+    per thread per row-tile and ~8 KiB of x per iteration, with PER_SM_STAGES, and a row on one
+    or two warps with PER_SM_SMALL; a
     pipelined candidate whose shared-memory buffers (x and dy: 2 x STAGES x ROWS x N) would
     take more than SMEM_BUDGET of an SM at its programs per SM is left out."""
     block = triton.next_power_of_2(N)
@@ -148,8 +152,13 @@ def configs(M: int, N: int, itemsize: int = 2) -> list[tuple[int, int, int, int]
         return abs(per_thread - 8) / 8 + abs(block * rows * itemsize - 8192) / 8192
 
     best = sorted(tiles, key=score)[:2]
-    return [(per_sm, rows, warps, stages) for (rows, warps), pairs in zip(best, PER_SM_STAGES)
-            for per_sm, stages in pairs
+    # and a row on one or two warps (up to 32 values per thread): its two row sums need no
+    # shared memory or barrier (one warp) or one small exchange (two), at the price of more
+    # programs, so more dw/db partial rows written and summed (PER_SM_SMALL)
+    small = [(1, w) for w in (1, 2) if block // (32 * w) <= 32 and (1, w) not in best][:1]
+    pairs = PER_SM_STAGES + (PER_SM_SMALL,)
+    return [(per_sm, rows, warps, stages) for (rows, warps), ps in zip(best + small, pairs)
+            for per_sm, stages in ps
             if stages == 1 or per_sm * 2 * stages * rows * block * itemsize <= SMEM_BUDGET]
 
 
