@@ -228,14 +228,19 @@ def test_precompile_launches_the_first_here_the_rest_in_threads_and_skips_failur
     assert precompile(["bad"], launch) == []
 
 
-def test_a_tuner_skips_configs_that_fail_to_compile():
-    class Failing(CPUTuner):
-        def measure(self, launch, cfg):
-            if cfg == CANDS[0]:
-                raise RuntimeError("too many registers")
-            return super().measure(launch, cfg)
+class FirstFails(CPUTuner):
+    """CANDS[0] raises when timed (a config out of registers or shared memory)."""
 
-    t = flash_like(Failing, ms={CANDS[1]: 3.0, CANDS[2]: 2.0})
+    error = "too many registers"
+
+    def measure(self, launch, cfg):
+        if cfg == CANDS[0]:
+            raise RuntimeError(self.error)
+        return super().measure(launch, cfg)
+
+
+def test_a_tuner_skips_configs_that_fail_to_compile():
+    t = flash_like(FirstFails, ms={CANDS[1]: 3.0, CANDS[2]: 2.0})
     assert t.pick("k", CANDS, lambda c: None) == CANDS[2]
 
 
@@ -277,11 +282,8 @@ def test_a_timed_pick_is_stored_with_every_candidates_timing_and_every_failure()
     """The evidence a pick rests on travels with it (tuner_picks.json): each candidate's first
     pass, the finalists' scores, and the error of one that failed — a surprising pick can be
     checked against the timings it was made from."""
-    class Failing(CPUTuner):
-        def measure(self, launch, cfg):
-            if cfg == CANDS[0]:
-                raise RuntimeError("out of resource: shared memory\nrequired: 232448")
-            return super().measure(launch, cfg)
+    class Failing(FirstFails):
+        error = "out of resource: shared memory\nrequired: 232448"
 
     t = flash_like(Failing, ms={CANDS[1]: 1.0, CANDS[2]: 1.05})
     assert t.pick("k", CANDS, lambda c: None) == CANDS[1]
