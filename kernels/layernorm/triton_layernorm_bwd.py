@@ -111,8 +111,10 @@ def _ln_bwd_colsum(dwp_ptr, dbp_ptr, dw_ptr, db_ptr, P, N,
 PER_SM_STAGES = (((2, 1), (1, 1), (4, 1), (1, 3), (2, 2), (2, 3), (2, 4), (4, 2), (4, 3)),
                  ((2, 1), (1, 1), (4, 1), (2, 3), (2, 4), (4, 3)))
 
-# for the one-or-two-warp row: more programs per SM (several rows in flight per SM)
-PER_SM_SMALL = ((4, 1), (8, 1), (4, 3), (8, 2))
+# for the one-or-two-warp row: more programs per SM (several rows in flight per SM), and
+# deeper: at 16384 x 1024 its pick (4 per SM, 3 stages) left DRAM at 62 % with
+# long_scoreboard the top stall (run ...-layernorm-bwd-0fe1): more bytes in flight
+PER_SM_SMALL = ((4, 1), (8, 1), (4, 3), (8, 2), (4, 5), (6, 4), (8, 3))
 
 
 def colsum_tiles(P: int, N: int, sms: int) -> tuple[int, int]:
