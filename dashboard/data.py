@@ -137,6 +137,18 @@ def _cached_run(path: str, stamp: tuple, cal_roots: tuple[str, ...]) -> RunData:
     return _read_run(path, cal_roots)
 
 
+@st.cache_data(show_spinner=False, max_entries=4096)
+def _cached_counts(path: str, stamp: tuple, cal_roots: tuple[str, ...]
+                   ) -> tuple[int, int, str | None]:
+    """(cases, ok cases, error) of a run, what the runs table shows of it: a few numbers per
+    run, so that every run of a large store stays cached. Through the RunData cache (64 runs)
+    the runs table of 71 example runs missed on every rerun (each walk evicted the runs the
+    next one needed first) and reloaded every run each time."""
+    rd = _read_run(path, cal_roots)
+    counts = rd.summary["status"].value_counts() if len(rd.summary) else pd.Series(dtype=int)
+    return int(len(rd.summary)), int(counts.get("ok", 0)), rd.error
+
+
 def load_run(path: str, roots: list[Root] | None = None) -> RunData:
     cal_roots = tuple(r.path for r in roots or [])
     return _cached_run(str(path), stamp(path), cal_roots)
@@ -183,9 +195,9 @@ def runs_frame(roots: list[Root]) -> pd.DataFrame:
     """One row per run under the roots, newest first; unreadable runs carry `problem`."""
     rows = []
     example_roots = {r.path for r in roots if r.example}
+    cal_roots = tuple(r.path for r in roots or [])
     for r in store.list_runs(*(r.path for r in roots)):
-        rd = load_run(r["path"], roots)
-        st_counts = rd.summary["status"].value_counts() if len(rd.summary) else pd.Series()
+        n_cases, n_ok, error = _cached_counts(str(r["path"]), stamp(r["path"]), cal_roots)
         created = pd.to_datetime(r.get("created"), utc=True, errors="coerce")
         rows.append({
             "source": "example" if (r["root"] in example_roots or r.get("example")) else "user",
@@ -195,11 +207,11 @@ def runs_frame(roots: list[Root]) -> pd.DataFrame:
             "created": created.strftime("%Y-%m-%d %H:%M") if pd.notna(created) else "",
             "gpu": r.get("gpu") or ("CPU" if r.get("device") == "cpu" else "-"),
             "git": _git(r),
-            "status": r.get("status") or ("unreadable" if rd.error else "-"),
-            "cases": int(len(rd.summary)),
-            "ok": int(st_counts.get("ok", 0)),
-            "not ok": int(len(rd.summary) - st_counts.get("ok", 0)),
-            "problem": rd.error or r.get("error") or "",
+            "status": r.get("status") or ("unreadable" if error else "-"),
+            "cases": n_cases,
+            "ok": n_ok,
+            "not ok": n_cases - n_ok,
+            "problem": error or r.get("error") or "",
             "path": r["path"],
             "_sort": r.get("created") or "",
         })

@@ -43,6 +43,25 @@ def test_runs_frame_marks_each_broken_run(example_run, user_store):
                                                                "complete")
 
 
+def test_the_runs_table_of_a_large_store_reads_each_run_once(monkeypatch, tmp_path):
+    """The runs table walks every run on every rerun of the app. With more runs than the run
+    cache held (64; the committed examples alone are 71) each walk evicted what the next one
+    needed first, so every interaction reloaded every run (an AppTest of the examples took
+    over 14 minutes, 4 with the fix). Its per-run numbers are cached apart, for any size."""
+    roots = data.store_roots(["--no-examples", "--store", str(data.EXAMPLES_ROOT)], {})
+    n_runs = sum((d / "manifest.json").exists() for d in data.EXAMPLES_ROOT.iterdir())
+    assert n_runs > 64  # the case that thrashed
+    reads = []
+    real = data._read_run
+    monkeypatch.setattr(data, "_read_run", lambda *a: reads.append(a[0]) or real(*a))
+    data._cached_counts.clear()
+    first = data.runs_frame(roots)
+    assert len(reads) == len(first) == n_runs
+    second = data.runs_frame(roots)
+    assert len(reads) == n_runs  # nothing read again
+    pd.testing.assert_frame_equal(first, second)
+
+
 def test_selection_and_default_run():
     table = pd.DataFrame({"run_id": ["new", "mid", "old"], "path": ["/n", "/m", "/o"],
                           "problem": ["", "broken", ""]})
