@@ -149,9 +149,12 @@ def _cached_counts(path: str, stamp: tuple, cal_roots: tuple[str, ...]
     return int(len(rd.summary)), int(counts.get("ok", 0)), rd.error
 
 
+def _cal_roots(roots: list[Root] | None) -> tuple[str, ...]:
+    return tuple(r.path for r in roots or [])
+
+
 def load_run(path: str, roots: list[Root] | None = None) -> RunData:
-    cal_roots = tuple(r.path for r in roots or [])
-    return _cached_run(str(path), stamp(path), cal_roots)
+    return _cached_run(str(path), stamp(path), _cal_roots(roots))
 
 
 def error_card(run_id: str, message: str, detail: str | None = None) -> None:
@@ -195,7 +198,7 @@ def runs_frame(roots: list[Root]) -> pd.DataFrame:
     """One row per run under the roots, newest first; unreadable runs carry `problem`."""
     rows = []
     example_roots = {r.path for r in roots if r.example}
-    cal_roots = tuple(r.path for r in roots or [])
+    cal_roots = _cal_roots(roots)
     for r in store.list_runs(*(r.path for r in roots)):
         n_cases, n_ok, error = _cached_counts(str(r["path"]), stamp(r["path"]), cal_roots)
         created = pd.to_datetime(r.get("created"), utc=True, errors="coerce")

@@ -56,7 +56,7 @@ def _fma_kernel():
 def measure() -> dict:
     import torch
 
-    from harness.timing import bench
+    from harness.timing import TIMING_METHOD, bench
 
     def ms(fn):
         return bench(fn, device="cuda", warmup_ms=50, rep_ms=300, flush_l2=False,
@@ -91,8 +91,6 @@ def measure() -> dict:
     t = ms(lambda: kern[(numel // block,)](xa, ya, ITERS=iters, BLOCK=block, num_warps=8))
     out["fma_tflops_fp32"] = 2 * 4 * iters * numel / (t * 1e-3) / 1e12
     props = torch.cuda.get_device_properties(0)
-    from harness.timing import TIMING_METHOD
-
     out.update(gpu_name=props.name, sm_count=sms, torch=torch.__version__,
                timing_method=TIMING_METHOD,
                measured_utc=datetime.now(timezone.utc).isoformat())
@@ -102,7 +100,6 @@ def measure() -> dict:
 def ensure(root: str | Path, gpu_name: str | None, console) -> dict | None:
     """The cached ceilings for this GPU, measuring them once if missing (GPU runs only)."""
     from harness import store
-
     from harness.timing import TIMING_METHOD
 
     cal = store.load_calibration(gpu_name, root)

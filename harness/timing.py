@@ -1,10 +1,10 @@
 """Timing of one zero-argument callable.
 
 GPU (`clock="cuda_events"`): a CUDA event pair around every call; the L2 is flushed before each
-sample (a 256 MiB buffer is read outside the events: see Flusher); warm-up runs by time first; samples are
-taken in batches until the relative standard error of the mean is <= max_rel_err (with at least
-min_samples) or the time budget rep_ms is spent. `cuda_graph: true` captures one call into a CUDA
-graph and times its replays (launch overhead removed).
+sample (a 256 MiB buffer is read outside the events: see Flusher); warm-up runs by time first;
+samples are taken in batches until the relative standard error of the mean is <= max_rel_err
+(with at least min_samples) or the time budget rep_ms is spent. `cuda_graph: true` captures one
+call into a CUDA graph and times its replays (launch overhead removed).
 
 Host overhead: with `host_overhead="hide"` (default) the GPU is held in a short spin
 (torch.cuda._sleep) after the flush, sized to twice the call's measured host (Python + launch)

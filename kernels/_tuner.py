@@ -310,9 +310,9 @@ class Tuner:
         try:
             cfg, first, final = self._time_all(key, todo, launch, failed)
         finally:  # what this pick cost the case: compile (and load) vs timing seconds
-            tuning.add_cost(t1 - t0, time.perf_counter() - t1)
-        self.evidence[key] = self._evidence(candidates, first, final, failed,
-                                            (t1 - t0, time.perf_counter() - t1))
+            cost = (t1 - t0, time.perf_counter() - t1)
+            tuning.add_cost(*cost)
+        self.evidence[key] = self._evidence(candidates, first, final, failed, cost)
         return cfg
 
     def _evidence(self, candidates, first: dict, final: dict, failed: dict, cost) -> dict:

@@ -135,9 +135,9 @@ def configs(M: int, N: int, itemsize: int = 2) -> list[tuple[int, int, int, int]
     """(programs per SM, ROWS, num_warps, STAGES) candidates, best guess first (the
     interpreter uses the first untimed): the two (ROWS, warps) pairs closest to 8 fp32 values
     per thread per row-tile and ~8 KiB of x per iteration, with PER_SM_STAGES, and a row on one
-    or two warps with PER_SM_SMALL; a
-    pipelined candidate whose shared-memory buffers (x and dy: 2 x STAGES x ROWS x N) would
-    take more than SMEM_BUDGET of an SM at its programs per SM is left out."""
+    or two warps with PER_SM_SMALL; a pipelined candidate whose shared-memory buffers (x and
+    dy: 2 x STAGES x ROWS x N) would take more than SMEM_BUDGET of an SM at its programs per
+    SM is left out."""
     block = triton.next_power_of_2(N)
     tiles = []
     for rows in (1, 2, 4):
