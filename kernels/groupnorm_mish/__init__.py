@@ -9,9 +9,9 @@ normalise), writes the normalised tensor, and Mish reads it back and writes y: ~
 FLOPs: 12 per element (GroupNorm's 7 as in layernorm, Mish's 5: e + 2, e·(e + 2), n + 2, the
 division, v·); exp is not counted.
 
-Implementations: torch (F.group_norm then F.mish, eager), torch_compile, triton (one kernel per
-group, or a group split over several programs in two kernels:
-kernels/groupnorm_mish/triton_groupnorm_mish.py).
+Implementations: torch (F.group_norm then F.mish, eager), torch_compile, triton (one program
+per group; or a group over several programs synchronised inside one kernel; or a group split
+over several programs in two kernels: kernels/groupnorm_mish/triton_groupnorm_mish.py).
 """
 from __future__ import annotations
 
@@ -94,6 +94,7 @@ def gn_mish_compile(x, w, b, groups):
          expected_kernels=lambda p: triton_groupnorm_mish.kernels_launched(),
          tuners=triton_groupnorm_mish._tuner)
 def gn_mish_triton(x, w, b, groups, out=None):
-    """Triton: one program per group (statistics + normalise + Mish in one kernel), or
-    several per group (partial sums, then normalise + Mish: two kernels), as the Tuner picks"""
+    """Triton: one program per group (statistics + normalise + Mish in one kernel), several
+    per group synchronised in one kernel (x read once), or several per group in two kernels
+    (partial sums, then normalise + Mish), as the Tuner picks"""
     return triton_groupnorm_mish.groupnorm_mish(x, groups, w, b, EPS, out=out)

@@ -30,6 +30,21 @@ row of the tile). Two forms, both timed by the Tuner (`SPLIT` field):
   (41.3 vs 41.7 us), so it is a candidate only where the one-kernel form leaves SMs idle
   (fewer than SPLIT_BELOW groups per SM, e.g. batch 1: 32 groups on 132 SMs).
 
+- SYNC = 1, one kernel, S programs per group synchronised inside it (S = the group's tiles
+  of BLOCK elements; the SPLIT field holds S): each program loads its one tile into
+  registers, publishes the tile's shifted sums, counts itself in on its group's arrival
+  counter and waits until the counter says all S are in, then adds the S partials (a fixed
+  order: deterministic) and normalises the tile it still holds. DRAM sees one read and one
+  write whatever the size of the group, and every SM has programs to run at any batch. The
+  wait needs a group's S programs resident together: blocks are dispatched in index order
+  and a group's programs are adjacent, so S <= the SMs (each holds at least one program)
+  cannot deadlock; launch() refuses larger S. The arrival counters (int64, one per group,
+  kept per device, stream and S) are never reset: each launch adds exactly S to every group's
+  counter, a program's target is the next multiple of S above the count it arrived at, so a
+  launch needs no memset and a CUDA-graph replay behaves like a launch. The CPU interpreter
+  runs programs one after another (a wait would never end): there, S > 1 runs the kernel's
+  two halves as two launches (PHASE 1 publishes and counts in, PHASE 2 reloads and normalises).
+
 Mish without tanh/log: with e = exp(v), tanh(log(1 + e)) = e(e + 2) / (e(e + 2) + 2), so
 mish(v) = v · n / (n + 2), n = e(e + 2) — one exp and one fast (approximate, 2 ulp) division
 on the GPU; v > 20 returns v (n would overflow; the factor is 1 to fp32 precision there).
@@ -46,9 +61,10 @@ from kernels._common import Tuner, sm_count
 MAX_ONE_TILE = 16384  # elements of a group kept in registers by the one-pass variant
 MAX_SPLIT = 64
 # candidates per shape (configs()); BLOCK: any power of two up to MAX_ONE_TILE
-_tuner = Tuner("groupnorm_mish", ("BLOCK", "num_warps", "STAGES", "SPLIT"),
+_tuner = Tuner("groupnorm_mish", ("BLOCK", "num_warps", "STAGES", "SPLIT", "SYNC"),
                values={"BLOCK": tuple(2 ** i for i in range(6, 15)), "num_warps": (1, 2, 4, 8, 16),
-                       "STAGES": (1, 2, 3, 4), "SPLIT": tuple(range(MAX_SPLIT + 1))})
+                       "STAGES": (1, 2, 3, 4), "SPLIT": tuple(range(MAX_SPLIT + 1)),
+                       "SYNC": (0, 1)})
 # one-kernel two-pass candidates (BLOCK, num_warps, STAGES): unpipelined, and the tile loops
 # pipelined 2-4 deep (STAGES - 1 tiles of BLOCK elements in shared memory per program)
 TWO_PASS = ((4096, 8, 1), (8192, 16, 1), (4096, 8, 3), (8192, 16, 3), (2048, 4, 3),
@@ -59,6 +75,11 @@ SPLIT_CHUNKS = (4096, 8192, 16384)
 # ...-tune-groupnorm-mish-c12b) it lost to the one-kernel form by 1.25x or more at 512 groups
 # (3.9 per SM) and tied it at 128 (1.0 per SM: 41.3 vs 41.7 us)
 SPLIT_BELOW = 2
+# synchronised-form tiles (BLOCK, num_warps): 16-32 elements of x per thread, held in
+# registers across the wait
+SYNC_TILES = ((8192, 8), (4096, 4), (16384, 16), (8192, 16), (4096, 8))
+MAX_CONFIGS = 14
+_arrivals: dict = {}  # (device, stream, S) -> int64 arrival counters of the synchronised form
 last_kernels = 1  # kernels the last call launched (the check pass records it)
 
 
@@ -208,6 +229,56 @@ def _gn_apply(x_ptr, w_ptr, b_ptr, part_ptr, y_ptr, CPG, CPC, G, eps,
                  "evict_first")
 
 
+@triton.jit
+def _gn_mish_sync(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, CPG, G, eps,
+                  HW: tl.constexpr, CB: tl.constexpr, HB: tl.constexpr, NCT: tl.constexpr,
+                  NHT: tl.constexpr, S_P2: tl.constexpr, PHASE: tl.constexpr,
+                  FAST_DIV: tl.constexpr):
+    S: tl.constexpr = NCT * NHT  # programs (tiles) per group
+    pid = tl.program_id(0)  # group * S + tile
+    grp = pid // S
+    t = pid % S
+    base = grp.to(tl.int64) * CPG * HW
+    c = (t // NHT) * CB + tl.arange(0, CB)
+    h = (t % NHT) * HB + tl.arange(0, HB)
+    c_ok = c < CPG
+    mask = c_ok[:, None] & (h < HW)[None, :]
+    offs = base + c[:, None] * HW + h[None, :]
+    # read CB x HB of x (DRAM, once: kept in registers until the group's statistics are in)
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    # read 1 element of x (the group's shift, shared by its S tiles so the partials add)
+    shift = tl.load(x_ptr + base).to(tl.float32)
+    if PHASE != 2:
+        d = tl.where(mask, x - shift, 0.0)
+        # write 2 floats (this tile's partials), then count in. Scalar stores and atomics are
+        # issued by thread 0 alone, so the release orders the partials before the count
+        tl.store(part_ptr + 2 * pid, tl.sum(tl.sum(d, axis=1), axis=0))
+        tl.store(part_ptr + 2 * pid + 1, tl.sum(tl.sum(d * d, axis=1), axis=0))
+        arrived = tl.atomic_add(cnt_ptr + grp, 1, sem="release")
+        if PHASE == 0:
+            # wait for the group's other S - 1 programs: the count reaches the next multiple
+            # of S above the one this program arrived at (acquire: their partials visible)
+            target = arrived - arrived % S + S
+            while tl.atomic_add(cnt_ptr + grp, 0, sem="acquire") < target:
+                pass
+    if PHASE != 1:
+        k = tl.arange(0, S_P2)
+        # read the group's 2 x S partials from L2 (.cg: not from a stale L1 line), added in
+        # a fixed order (deterministic)
+        ps = part_ptr + 2 * grp * S + 2 * k
+        s1 = tl.sum(tl.load(ps, mask=k < S, other=0.0, cache_modifier=".cg"), axis=0)
+        s2 = tl.sum(tl.load(ps + 1, mask=k < S, other=0.0, cache_modifier=".cg"), axis=0)
+        mean, rstd = _stats(s1, s2, shift, CPG * HW, eps)
+        wc = (grp % G) * CPG + c
+        # read CB of w and of b (L1/L2)
+        gw = tl.load(w_ptr + wc, mask=c_ok, other=0.0).to(tl.float32)
+        gb = tl.load(b_ptr + wc, mask=c_ok, other=0.0).to(tl.float32)
+        # write CB x HB of y
+        tl.store(y_ptr + offs,
+                 _mish((x - mean) * (rstd * gw)[:, None] + gb[:, None], FAST_DIV)
+                 .to(y_ptr.dtype.element_ty), mask=mask)
+
+
 def chunks(cpg: int, split: int) -> tuple[int, int]:
     """(chunks, channels per chunk) of the split form asked for `split` chunks of a group of
     `cpg` channels: at most one per channel, balanced, none empty."""
@@ -222,20 +293,33 @@ def tile(cpg: int, hw: int, block: int) -> tuple[int, int, bool]:
     return cb, hb, (cb >= cpg and hb >= hw)
 
 
-def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1) -> list[tuple[int, int, int, int]]:
-    """(BLOCK, num_warps, STAGES, SPLIT) candidates for `groups` groups on `sms` SMs; the
-    first is the untimed default.
+def sync_tiles(cpg: int, hw: int, block: int) -> tuple[int, int, int, int]:
+    """(CB, HB, channel tiles, pixel tiles) of the synchronised form: one tile of up to
+    `block` elements per program, S = channel tiles x pixel tiles programs per group."""
+    cb, hb, _ = tile(cpg, hw, block)
+    return cb, hb, triton.cdiv(cpg, cb), triton.cdiv(hw, hb)
+
+
+def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1,
+            max_sync: int | None = None) -> list[tuple[int, int, int, int, int]]:
+    """(BLOCK, num_warps, STAGES, SPLIT, SYNC) candidates for `groups` groups on `sms` SMs;
+    the first is the untimed default.
 
     One kernel: the one-tile configs where the group fits (nothing to pipeline), else up to 6
-    two-pass ones. Split form, only where the one-kernel form has fewer than SPLIT_BELOW
-    programs per SM: chunks of whole channels of about SPLIT_CHUNKS elements, at least 2 per
-    group, each in tiles of up to 8192 elements (a chunk of several tiles also pipelined 2
-    deep); at most 10 in all."""
+    two-pass ones. Synchronised form: the SYNC_TILES that cut the group into 2 to
+    `max_sync` (default min(MAX_SPLIT, sms): programs that must be resident together) tiles. Split form, only where the one-kernel form has fewer than
+    SPLIT_BELOW programs per SM: chunks of whole channels of about SPLIT_CHUNKS elements, at
+    least 2 per group, each in tiles of up to 8192 elements (a chunk of several tiles also
+    pipelined 2 deep); at most MAX_CONFIGS in all."""
     one = triton.next_power_of_2(cpg) * triton.next_power_of_2(hw)
     out = []
     if one <= MAX_ONE_TILE:  # no loop: nothing to pipeline
-        out += [(one, w, 1, 0) for w in (8, 16, 4) if 4 <= one // (32 * w) <= 64]
-    out += [(*c, 0) for c in TWO_PASS if c[0] < one][:6]
+        out += [(one, w, 1, 0, 0) for w in (8, 16, 4) if 4 <= one // (32 * w) <= 64]
+    out += [(*c, 0, 0) for c in TWO_PASS if c[0] < one][:6]
+    for block, warps in SYNC_TILES:
+        _, _, nct, nht = sync_tiles(cpg, hw, block)
+        if 2 <= nct * nht <= (max_sync or min(MAX_SPLIT, sms)):
+            out.append((block, warps, 1, nct * nht, 1))
     seen = set()
     for chunk in SPLIT_CHUNKS if groups < SPLIT_BELOW * sms else ():
         split, cpc = chunks(cpg, triton.cdiv(cpg, max(1, chunk // hw)))
@@ -244,14 +328,29 @@ def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1) -> list[tuple[int,
         seen.add(split)
         elems = triton.next_power_of_2(cpc) * triton.next_power_of_2(hw)
         block = min(8192, elems)
-        out.append((block, 8 if block >= 4096 else 4, 1, split))
+        out.append((block, 8 if block >= 4096 else 4, 1, split, 0))
         if elems > block:  # a chunk of several tiles: also pipelined
-            out.append((block, 8, 2, split))
-    return out[:10] or [(one, 4, 1, 0)]
+            out.append((block, 8, 2, split, 0))
+    return out[:MAX_CONFIGS] or [(one, 4, 1, 0, 0)]
+
+
+def arrival_counters(device: torch.device, split: int, groups: int) -> torch.Tensor:
+    """The synchronised form's int64 arrival counters for `groups` groups of `split`
+    programs on `device` and its current stream: kept between calls (every launch leaves
+    each counter a multiple of `split`), zeros when new or grown."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (str(device), stream, split)
+    cnt = _arrivals.get(key)
+    if cnt is None or cnt.numel() < groups:
+        # a launch still queued on the old buffer keeps it alive (stream-ordered allocator)
+        cnt = _arrivals[key] = torch.zeros(triton.next_power_of_2(groups), device=device,
+                                           dtype=torch.int64)
+    return cnt
 
 
 def kernels_launched() -> int:
-    """Kernels the last groupnorm_mish call launched: 1, or 2 in the split form."""
+    """Kernels the last groupnorm_mish call launched: 1, or 2 in the split form (and in the
+    CPU interpreter's synchronised form, run as two halves)."""
     return last_kernels
 
 
@@ -260,8 +359,8 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
                    config: tuple[int, int, int, int] | None = None) -> torch.Tensor:
     """mish(GroupNorm(x)) for x (N, C, H, W) contiguous, w, b (C,); returns y (N, C, H, W).
 
-    `config` forces (BLOCK, num_warps, STAGES, SPLIT) instead of the tuned choice; a
-    3-tuple means SPLIT 0 (one kernel).
+    `config` forces (BLOCK, num_warps, STAGES, SPLIT, SYNC) instead of the tuned choice; a
+    3-tuple means SPLIT 0 (one program per group), a 4-tuple SYNC 0.
     """
     global last_kernels
     if x.dim() != 4:
@@ -280,14 +379,33 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
     fast = x.is_cuda
     groups = N * num_groups
 
-    def launch(cfg):
-        block, warps, stages, split = (*cfg, 0) if len(cfg) == 3 else cfg
+    def launch(cfg) -> int:
+        block, warps, stages, split, sync = (tuple(cfg) + (0, 0))[:5]
+        if sync:
+            cb, hb, nct, nht = sync_tiles(cpg, hw, block)
+            if split != nct * nht:
+                raise ValueError(f"groupnorm_mish: SYNC=1 with BLOCK={block} cuts a group of "
+                                 f"{cpg}x{hw} into {nct * nht} tiles: SPLIT must be "
+                                 f"{nct * nht}, not {split}")
+            if x.is_cuda and split > min(MAX_SPLIT, sm_count(x.device)):
+                raise ValueError(f"groupnorm_mish: SYNC=1 needs the group's {split} programs "
+                                 f"resident together: at most {min(MAX_SPLIT, sm_count(x.device))} "
+                                 f"here (a larger BLOCK)")
+            part = torch.empty(2 * groups * split, device=x.device, dtype=torch.float32)
+            cnt = arrival_counters(x.device, split, groups)
+            phases = (0,) if fast or split == 1 else (1, 2)
+            for phase in phases:
+                _gn_mish_sync[(groups * split,)](
+                    x, w, b, y, part, cnt, cpg, num_groups, eps, HW=hw, CB=cb, HB=hb, NCT=nct,
+                    NHT=nht, S_P2=triton.next_power_of_2(split), PHASE=phase, FAST_DIV=fast,
+                    num_warps=warps)
+            return len(phases)
         if split == 0:
             cb, hb, one = tile(cpg, hw, block)
             _gn_mish[(groups,)](x, w, b, y, cpg, num_groups, eps, HW=hw, CB=cb, HB=hb,
                                 NHT=triton.cdiv(hw, hb), ONE_TILE=one, STAGES=stages,
                                 FAST_DIV=fast, num_warps=warps)
-            return
+            return 1
         split, cpc = chunks(cpg, split)
         cb, hb, _ = tile(cpc, hw, block)
         nht = triton.cdiv(hw, hb)
@@ -298,10 +416,11 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
                                      HB=hb, NHT=nht, SPLIT=split,
                                      SPLIT_P2=triton.next_power_of_2(split), STAGES=stages,
                                      FAST_DIV=fast, num_warps=warps)
+        return 2
 
     if config is None:
+        sms = sm_count(x.device)  # the interpreter's halves need no residency: any S
         config = _tuner.pick((N, C, hw, num_groups, x.dtype),
-                             configs(cpg, hw, groups, sm_count(x.device)), launch)
-    launch(config)
-    last_kernels = 1 if len(config) == 3 or config[3] == 0 else 2
+                             configs(cpg, hw, groups, sms, None if fast else MAX_SPLIT), launch)
+    last_kernels = launch(config)
     return y

@@ -151,8 +151,20 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
         # 32 groups on 132 SMs: the split form's candidates too
         for cpg, hw in ((10, 4096), (20, 1024), (10, 16384))[:1 if quick else 3]:
             cands = tgm.configs(cpg, hw, 32, 132)
-            for block, warps, stages, split in (cands[:1] + [c for c in cands if c[3]][:1]
-                                                if quick else cands):
+            picked = (cands[:1] + [c for c in cands if c[3] and not c[4]][:1]
+                      + [c for c in cands if c[4]][:1]) if quick else cands
+            for block, warps, stages, split, sync in picked:
+                if sync:
+                    cb, hb, nct, nht = tgm.sync_tiles(cpg, hw, block)
+                    yield build(tgm._gn_mish_sync, "groupnorm_mish",
+                                f"HW={hw} sync {nct * nht}x {cb}x{hb} w{warps}",
+                                {"x_ptr": t, "w_ptr": t, "b_ptr": t, "y_ptr": t,
+                                 "part_ptr": "*fp32", "cnt_ptr": "*i64", "CPG": "i32",
+                                 "G": "i32", "eps": "fp32"},
+                                {"HW": hw, "CB": cb, "HB": hb, "NCT": nct, "NHT": nht,
+                                 "S_P2": triton.next_power_of_2(nct * nht), "PHASE": 0,
+                                 "FAST_DIV": True}, warps)
+                    continue
                 if split == 0:
                     cb, hb, one = tgm.tile(cpg, hw, block)
                     yield build(tgm._gn_mish, "groupnorm_mish",

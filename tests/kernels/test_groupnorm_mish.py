@@ -1,6 +1,7 @@
 """groupnorm_mish: the Triton GroupNorm + Mish (interpreter) against the reference: the
-one-kernel form's one-tile and two-pass paths, the split form (partials + apply), ragged
-channel/pixel tiles and chunks, broken impls."""
+one-kernel form's one-tile and two-pass paths, the split form (partials + apply), the
+synchronised form (its two halves as two launches on CPU), ragged channel/pixel tiles and
+chunks, broken impls."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -67,25 +68,35 @@ def test_mish_extremes_and_large_offsets():
 
 
 def test_candidates():
-    """4-tuples the kernels take; one-tile shapes first (no loop), unpipelined before
-    pipelined in the two-pass list, then the split form (2+ chunks of whole channels), at
-    most 10."""
+    """5-tuples the kernels take; one-tile shapes first (no loop), unpipelined before
+    pipelined in the two-pass list, then the synchronised form (S = the group's tiles,
+    2 <= S <= the SMs), then the split form (2+ chunks of whole channels), at most
+    MAX_CONFIGS."""
     for cpg, hw in ((10, 4096), (20, 1024), (10, 16384), (2, 35), (8, 64)):
         cands = tgm.configs(cpg, hw, 128, 132)
-        assert 1 <= len(cands) <= 10 and len(set(cands)) == len(cands)
-        assert all(len(c) == 4 for c in cands)
+        assert 1 <= len(cands) <= tgm.MAX_CONFIGS and len(set(cands)) == len(cands)
+        assert all(len(c) == 5 for c in cands)
         one = [c for c in cands if c[3] == 0 and tgm.tile(cpg, hw, c[0])[2]]
         assert all(c[2] == 1 for c in one) and cands[:len(one)] == one
-        split = [c for c in cands if c[3]]
+        split = [c for c in cands if c[3] and not c[4]]
         assert cands[len(cands) - len(split):] == split  # one kernel first
         assert all(2 <= c[3] <= cpg for c in split)
+        for block, _, stages, s, sync in cands:
+            if sync:
+                _, _, nct, nht = tgm.sync_tiles(cpg, hw, block)
+                assert stages == 1 and s == nct * nht and 2 <= s <= 64
+    sync = {(c[0], c[3]) for c in tgm.configs(10, 4096, 512, 132) if c[4]}
+    assert sync == {(4096, 10), (8192, 5), (16384, 3)}  # 1, 2 and 4 channels per program
+    assert {c[3] for c in tgm.configs(10, 16384, 32, 132) if c[4]} == {40, 20, 10}
+    assert {c[3] for c in tgm.configs(10, 16384, 32, 16) if c[4]} == {10}  # S <= the SMs
     assert {c[2] for c in tgm.configs(10, 4096, 32, 132) if not c[3]} == {1, 3, 4}
-    assert {c[3] for c in tgm.configs(10, 4096, 32, 132)} == {0, 10, 5, 3}  # 1, 2, 4 channels
-    assert {c[3] for c in tgm.configs(10, 16384, 128, 132)} == {0, 10}
+    split = {c[3] for c in tgm.configs(10, 4096, 32, 132) if not c[4]}
+    assert split == {0, 10, 5, 3}  # 1, 2, 4 channels
+    assert {c[3] for c in tgm.configs(10, 16384, 128, 132) if not c[4]} == {0, 10}
     assert not any(c[3] for c in tgm.configs(2, 35, 4, 132))  # one tile: nothing to split
-    # enough groups to fill the SMs twice over: the one-kernel form only
-    assert not any(c[3] for c in tgm.configs(10, 4096, 512, 132))
-    assert any(c[3] for c in tgm.configs(10, 4096, 263, 132))
+    # enough groups to fill the SMs twice over: no split form (the synchronised one stays)
+    assert not any(c[3] and not c[4] for c in tgm.configs(10, 4096, 512, 132))
+    assert any(c[3] and not c[4] for c in tgm.configs(10, 4096, 263, 132))
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -117,6 +128,68 @@ def test_split_matches_one_kernel():
     split = tgm.groupnorm_mish(x, 3, w, b, config=(64, 2, 1, 4))
     assert torch.allclose(one, split, atol=1e-5, rtol=1e-5)
     assert torch.equal(split, tgm.groupnorm_mish(x, 3, w, b, config=(64, 2, 1, 4)))
+
+
+def _sync(shape, block, warps=2):
+    cb, hb, nct, nht = tgm.sync_tiles(shape[1] // shape[4], shape[2] * shape[3], block)
+    return (block, warps, 1, nct * nht, 1)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("shape,block", [
+    ((2, 32, 16, 16, 8), 256),   # one channel per program: 4 programs per group
+    ((2, 32, 16, 16, 8), 128),   # half a channel: 4 x 2 programs per group
+    ((1, 30, 5, 7, 3), 64),      # 10 channels x 35 pixels (ragged pixel tile), 10 programs
+    ((2, 12, 3, 3, 2), 64),      # 4 + 2 channels (ragged channel tile), 2 programs
+    ((1, 30, 5, 7, 3), 32),      # ragged in both: 10 x 2 programs of 1 x 32
+])
+def test_sync_form(shape, block, dtype):
+    """S programs per group: on CPU the kernel's halves (publish + count in, then reload +
+    normalise) as two launches; every group's counter ends a multiple of S."""
+    config = _sync(shape, block)
+    impl = _impl(lambda x, w, b, groups, out=None:
+                 tgm.groupnorm_mish(x, groups, w, b, out=out, config=config))
+    res = check(OP, impl, _p(*shape), dtype, "cpu")
+    assert res.correct, res.error
+    assert tgm.kernels_launched() == 2
+    cnt = tgm._arrivals[("cpu", 0, config[3])]
+    groups = shape[0] * shape[4]
+    assert int(cnt[0]) > 0 and not (cnt[:groups] % config[3]).any()
+
+
+def test_sync_one_program_waits_in_kernel():
+    """S = 1 runs the whole kernel in one launch, its wait loop included (the count is in
+    as soon as the program arrives), and the counters advance by one per call."""
+    x = torch.randn(3, 12, 3, 3) * 2 + 7
+    w, b = torch.rand(12) + 0.5, torch.randn(12)
+    config = _sync((3, 12, 3, 3, 2), 128)
+    assert config[3] == 1
+    tgm._arrivals.pop(("cpu", 0, 1), None)
+    y = tgm.groupnorm_mish(x, 2, w, b, config=config)
+    assert tgm.kernels_launched() == 1
+    assert torch.allclose(y, F.mish(F.group_norm(x, 2, w, b, 1e-5)), atol=1e-5, rtol=1e-5)
+    tgm.groupnorm_mish(x, 2, w, b, config=config)
+    # 6 groups (8 counters), 2 calls
+    assert tgm._arrivals[("cpu", 0, 1)].tolist() == [2, 2, 2, 2, 2, 2, 0, 0]
+
+
+def test_sync_matches_other_forms():
+    """The synchronised form adds the same shifted partials as the split form (fixed order):
+    it agrees with the one-kernel form to fp32 rounding and with itself exactly."""
+    x = torch.randn(2, 30, 6, 6) * 3 + 50
+    w, b = torch.rand(30) + 0.5, torch.randn(30)
+    one = tgm.groupnorm_mish(x, 3, w, b, config=(64, 2, 2, 0))
+    sync = tgm.groupnorm_mish(x, 3, w, b, config=_sync((2, 30, 6, 6, 3), 64))
+    assert torch.allclose(one, sync, atol=1e-5, rtol=1e-5)
+    assert torch.equal(sync, tgm.groupnorm_mish(x, 3, w, b, config=_sync((2, 30, 6, 6, 3), 64)))
+
+
+def test_sync_config_checked():
+    """A SPLIT that is not the group's tile count for BLOCK is refused, naming the right
+    one (the kernel would wait for programs that never come)."""
+    x, w, b = torch.randn(1, 8, 4, 4), torch.ones(8), torch.zeros(8)
+    with pytest.raises(ValueError, match="SPLIT must be 4, not 3"):
+        tgm.groupnorm_mish(x, 2, w, b, config=(16, 1, 1, 3, 1))
 
 
 def test_torch_peer():
