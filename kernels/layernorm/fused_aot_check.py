@@ -163,7 +163,7 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
                                  "G": "i32", "eps": "fp32"},
                                 {"HW": hw, "CB": cb, "HB": hb, "NCT": nct, "NHT": nht,
                                  "S_P2": triton.next_power_of_2(nct * nht), "PHASE": 0,
-                                 "FAST_DIV": True}, warps)
+                                 "FAST": True}, warps)
                     continue
                 if split == 0:
                     cb, hb, one = tgm.tile(cpg, hw, block)
@@ -173,7 +173,7 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
                                 {"x_ptr": t, "w_ptr": t, "b_ptr": t, "y_ptr": t, "CPG": "i32",
                                  "G": "i32", "eps": "fp32"},
                                 {"HW": hw, "CB": cb, "HB": hb, "NHT": triton.cdiv(hw, hb),
-                                 "ONE_TILE": one, "STAGES": stages, "FAST_DIV": True}, warps)
+                                 "ONE_TILE": one, "STAGES": stages, "FAST": True}, warps)
                     continue
                 split, cpc = tgm.chunks(cpg, split)
                 cb, hb, _ = tgm.tile(cpc, hw, block)
@@ -188,7 +188,7 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
                              "y_ptr": t, "CPG": "i32", "CPC": "i32", "G": "i32",
                              "eps": "fp32"},
                             {**tiles, "SPLIT_P2": triton.next_power_of_2(split),
-                             "FAST_DIV": True}, warps)
+                             "FAST": True}, warps)
 
 
 def main(argv=None) -> int:

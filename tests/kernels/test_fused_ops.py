@@ -126,7 +126,7 @@ def _assert_pipelined_builds():
     for stages in (1, 3):
         g = build(tgm._gn_mish, "groupnorm_mish", "", gn,
                   {"HW": 4096, "CB": 1, "HB": 4096, "NHT": 1, "ONE_TILE": False,
-                   "STAGES": stages, "FAST_DIV": True}, 8)
+                   "STAGES": stages, "FAST": True}, 8)
         b = build(tlb._ln_bwd_rows, "layernorm_bwd", "", lb,
                   {"ROWS": 1, "BLOCK_N": 4096, "STAGES": stages}, 8,
                   aligned=("N", "x_stride", "dy_stride", "dx_stride"))
