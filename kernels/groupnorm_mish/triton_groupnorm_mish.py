@@ -195,12 +195,10 @@ def _gn_mish(x_ptr, w_ptr, b_ptr, y_ptr, CPG, G, eps,
         tl.store(y_ptr + offs, _mish(v, FAST).to(y_ptr.dtype.element_ty), mask=mask)
     else:
         shift = tl.load(x_ptr + base).to(tl.float32)
-        # first pass evict_last, second evict_first: the group stays in L2 for its re-read
-        # rather than the groups the other programs are streaming through
-        s1, s2 = _chunk_sums(x_ptr, base, 0, CPG, shift, HW, CB, HB, NHT, STAGES, "evict_last")
+        s1, s2 = _chunk_sums(x_ptr, base, 0, CPG, shift, HW, CB, HB, NHT, STAGES, "")
         mean, rstd = _stats(s1, s2, shift, L, eps)
         _chunk_apply(x_ptr, w_ptr, b_ptr, y_ptr, base, g * CPG, 0, CPG, mean, rstd, HW, CB, HB,
-                     NHT, STAGES, FAST, "evict_first")
+                     NHT, STAGES, FAST, "")
 
 
 @triton.jit
