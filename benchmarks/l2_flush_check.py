@@ -10,12 +10,17 @@
 2. Whether the reading flush evicts: a read-only sum of 16 MiB right after summing it (in L2),
    after the reading flush, after zeroing 256 MiB (a 50 us gap hides the host's launch time).
 
-Medians of 200-300 CUDA-event samples in microseconds, one process. The figures below were
-taken on an H200 (2026-11-23) by the two diagnostic scripts this file combines (the same
-kernels, flushes and loops); this file itself has not been run on a GPU yet:
-the zeroing flush cost memory-bound kernels 3-6 us (8-13 %) at every gap, and zeroing then
-reading was as fast as reading (the timed kernel was writing back the flush's dirty lines);
-the 16 MiB sum took 11.8 us from L2, 13.4 us after the reading flush, 15.1 us after zeroing.
+Medians of 200-300 CUDA-event samples in microseconds, one process. Run as this file on an
+H200 (2026-11-24, at b8464aa; groupnorm configs are one-kernel two-pass ones, the split form at
+N=1): the zeroing flush cost the groupnorm configs 0.7-7.0 us (2-16 %) over the reading flush
+at every gap (e.g. (4096, 4, 4, 0) at N=16: 34.9-35.4 vs 31.2-31.3 us), the copies 0.7-3.3 us
+(16 MB: 8.6-8.9 vs 7.5-7.9; 84 MB: 25.8-26.2 vs 22.9-23.6); zeroing then reading timed like
+reading alone (within 0.9 us); the layernorm backward took 32.5-33.1 us after every reading
+flush and 37.8 us after zeroing with a 300 us gap (133 and 96 us with gaps of 0 and 50 us: not
+understood). The 16 MiB sum: 11.78 us from L2, 13.31 us after the reading flush, 14.66 us after
+zeroing 256 MiB, so the reading flush does evict. The two diagnostic scripts this file
+combines had measured the same on 2026-11-23 (zeroing: 3-6 us, 8-13 %; the sum 11.8 / 13.4 /
+15.1 us).
 """
 import statistics
 
