@@ -66,10 +66,10 @@ from kernels._common import Tuner, sm_count
 MAX_ONE_TILE = 16384  # elements of a group kept in registers by the one-pass variant
 MAX_SPLIT = 64
 # candidates per shape (configs()); BLOCK: any power of two up to MAX_ONE_TILE
-_tuner = Tuner("groupnorm_mish", ("BLOCK", "num_warps", "STAGES", "SPLIT", "SYNC", "per_sm"),
+_tuner = Tuner("groupnorm_mish", ("BLOCK", "num_warps", "STAGES", "SPLIT", "SYNC"),
                values={"BLOCK": tuple(2 ** i for i in range(6, 15)), "num_warps": (1, 2, 4, 8, 16),
                        "STAGES": (1, 2, 3, 4), "SPLIT": tuple(range(MAX_SPLIT + 1)),
-                       "SYNC": (0, 1), "per_sm": (0, 1, 2, 3, 4)})
+                       "SYNC": (0, 1)})
 # one-kernel two-pass candidates (BLOCK, num_warps, STAGES): unpipelined, and the tile loops
 # pipelined 2-4 deep (STAGES - 1 tiles of BLOCK elements in shared memory per program)
 TWO_PASS = ((4096, 8, 1), (8192, 16, 1), (4096, 8, 3), (8192, 16, 3), (2048, 4, 3),
@@ -85,12 +85,7 @@ SPLIT_BELOW = 2
 # (two block reductions, the partials, the wait: ~250 instructions per thread) is spread over
 # more elements (H200, first version: 4096 x 4 warps 32.7 us, 4096 x 8 warps 37.1 us)
 SYNC_TILES = ((4096, 4), (8192, 4), (4096, 2), (8192, 8), (16384, 8))
-# the two-pass form on a persistent grid (per_sm programs per SM, each walking groups): fewer
-# groups in flight, so that a group's re-read finds it in L2 (at 512 groups on 132 SMs every
-# group is in flight at once, 40 MiB, and ncu counted 1.43x the minimum DRAM reads); offered
-# for these tiles where there are more groups than per_sm x SMs
-PERSISTENT = (((4096, 4, 4), 2), ((4096, 4, 4), 1), ((8192, 16, 3), 1), ((4096, 8, 3), 2))
-MAX_CONFIGS = 18
+MAX_CONFIGS = 14
 _arrivals: dict = {}  # (device, stream, S) -> int64 arrival counters of the synchronised form
 last_kernels = 1  # kernels the last call launched (the check pass records it)
 
@@ -175,37 +170,35 @@ def _chunk_apply(x_ptr, w_ptr, b_ptr, y_ptr, base, wc, c0, c1, mean, rstd,
 
 
 @triton.jit
-def _gn_mish(x_ptr, w_ptr, b_ptr, y_ptr, CPG, G, NGROUPS, eps,
+def _gn_mish(x_ptr, w_ptr, b_ptr, y_ptr, CPG, G, eps,
              HW: tl.constexpr, CB: tl.constexpr, HB: tl.constexpr, NHT: tl.constexpr,
              ONE_TILE: tl.constexpr, STAGES: tl.constexpr, FAST: tl.constexpr):
-    # one group per program, or (a persistent grid of per_sm programs per SM) groups pid,
-    # pid + programs, ... one after another
-    for grp in range(tl.program_id(0), NGROUPS, tl.num_programs(0)):  # group n * G + g
-        g = grp % G
-        base = (grp + tl.zeros([], tl.int64)) * CPG * HW  # (n*C + g*CPG) * HW, in int64
-        L = CPG * HW
-        if ONE_TILE:
-            cl = tl.arange(0, CB)
-            hw = tl.arange(0, HB)
-            mask = (cl < CPG)[:, None] & (hw < HW)[None, :]
-            offs = base + cl[:, None] * HW + hw[None, :]
-            # read L elements of x (the whole group, kept in registers)
-            x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-            mean = tl.sum(tl.sum(x, axis=1), axis=0) / L
-            d = tl.where(mask, x - mean, 0.0)
-            rstd = 1.0 / tl.sqrt(tl.sum(tl.sum(d * d, axis=1), axis=0) / L + eps)
-            # read CPG of w and of b
-            gw = tl.load(w_ptr + g * CPG + cl, mask=cl < CPG, other=0.0).to(tl.float32)
-            gb = tl.load(b_ptr + g * CPG + cl, mask=cl < CPG, other=0.0).to(tl.float32)
-            v = d * (rstd * gw)[:, None] + gb[:, None]
-            # write L elements of y
-            tl.store(y_ptr + offs, _mish(v, FAST).to(y_ptr.dtype.element_ty), mask=mask)
-        else:
-            shift = tl.load(x_ptr + base).to(tl.float32)
-            s1, s2 = _chunk_sums(x_ptr, base, 0, CPG, shift, HW, CB, HB, NHT, STAGES, "")
-            mean, rstd = _stats(s1, s2, shift, L, eps)
-            _chunk_apply(x_ptr, w_ptr, b_ptr, y_ptr, base, g * CPG, 0, CPG, mean, rstd, HW, CB,
-                         HB, NHT, STAGES, FAST, "")
+    pid = tl.program_id(0)  # group index n * G + g
+    g = pid % G
+    base = pid.to(tl.int64) * CPG * HW  # (n*C + g*CPG) * HW
+    L = CPG * HW
+    if ONE_TILE:
+        cl = tl.arange(0, CB)
+        hw = tl.arange(0, HB)
+        mask = (cl < CPG)[:, None] & (hw < HW)[None, :]
+        offs = base + cl[:, None] * HW + hw[None, :]
+        # read L elements of x (the whole group, kept in registers)
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        mean = tl.sum(tl.sum(x, axis=1), axis=0) / L
+        d = tl.where(mask, x - mean, 0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(tl.sum(d * d, axis=1), axis=0) / L + eps)
+        # read CPG of w and of b
+        gw = tl.load(w_ptr + g * CPG + cl, mask=cl < CPG, other=0.0).to(tl.float32)
+        gb = tl.load(b_ptr + g * CPG + cl, mask=cl < CPG, other=0.0).to(tl.float32)
+        v = d * (rstd * gw)[:, None] + gb[:, None]
+        # write L elements of y
+        tl.store(y_ptr + offs, _mish(v, FAST).to(y_ptr.dtype.element_ty), mask=mask)
+    else:
+        shift = tl.load(x_ptr + base).to(tl.float32)
+        s1, s2 = _chunk_sums(x_ptr, base, 0, CPG, shift, HW, CB, HB, NHT, STAGES, "")
+        mean, rstd = _stats(s1, s2, shift, L, eps)
+        _chunk_apply(x_ptr, w_ptr, b_ptr, y_ptr, base, g * CPG, 0, CPG, mean, rstd, HW, CB, HB,
+                     NHT, STAGES, FAST, "")
 
 
 @triton.jit
@@ -323,12 +316,12 @@ def sync_tiles(cpg: int, hw: int, block: int) -> tuple[int, int, int, int]:
 
 
 def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1,
-            max_sync: int | None = None) -> list[tuple[int, int, int, int, int, int]]:
-    """(BLOCK, num_warps, STAGES, SPLIT, SYNC, per_sm) candidates for `groups` groups on `sms`
-    SMs; the first is the untimed default.
+            max_sync: int | None = None) -> list[tuple[int, int, int, int, int]]:
+    """(BLOCK, num_warps, STAGES, SPLIT, SYNC) candidates for `groups` groups on `sms` SMs;
+    the first is the untimed default.
 
     One kernel: the one-tile configs where the group fits (nothing to pipeline), else up to 6
-    two-pass ones, and the PERSISTENT ones where there are more than per_sm x sms groups. Synchronised form: the SYNC_TILES that cut the group into 2 to
+    two-pass ones. Synchronised form: the SYNC_TILES that cut the group into 2 to
     `max_sync` (default min(MAX_SPLIT, sms): programs that must be resident together) tiles. Split form, only where the one-kernel form has fewer than
     SPLIT_BELOW programs per SM: chunks of whole channels of about SPLIT_CHUNKS elements, at
     least 2 per group, each in tiles of up to 8192 elements (a chunk of several tiles also
@@ -336,13 +329,12 @@ def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1,
     one = triton.next_power_of_2(cpg) * triton.next_power_of_2(hw)
     out = []
     if one <= MAX_ONE_TILE:  # no loop: nothing to pipeline
-        out += [(one, w, 1, 0, 0, 0) for w in (8, 16, 4) if 4 <= one // (32 * w) <= 64]
-    out += [(*c, 0, 0, 0) for c in TWO_PASS if c[0] < one][:6]
-    out += [(*c, 0, 0, k) for c, k in PERSISTENT if c[0] < one and groups > k * sms]
+        out += [(one, w, 1, 0, 0) for w in (8, 16, 4) if 4 <= one // (32 * w) <= 64]
+    out += [(*c, 0, 0) for c in TWO_PASS if c[0] < one][:6]
     for block, warps in SYNC_TILES:
         _, _, nct, nht = sync_tiles(cpg, hw, block)
         if 2 <= nct * nht <= (max_sync or min(MAX_SPLIT, sms)):
-            out.append((block, warps, 1, nct * nht, 1, 0))
+            out.append((block, warps, 1, nct * nht, 1))
     seen = set()
     for chunk in SPLIT_CHUNKS if groups < SPLIT_BELOW * sms else ():
         split, cpc = chunks(cpg, triton.cdiv(cpg, max(1, chunk // hw)))
@@ -351,10 +343,10 @@ def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1,
         seen.add(split)
         elems = triton.next_power_of_2(cpc) * triton.next_power_of_2(hw)
         block = min(8192, elems)
-        out.append((block, 8 if block >= 4096 else 4, 1, split, 0, 0))
+        out.append((block, 8 if block >= 4096 else 4, 1, split, 0))
         if elems > block:  # a chunk of several tiles: also pipelined
-            out.append((block, 8, 2, split, 0, 0))
-    return out[:MAX_CONFIGS] or [(one, 4, 1, 0, 0, 0)]
+            out.append((block, 8, 2, split, 0))
+    return out[:MAX_CONFIGS] or [(one, 4, 1, 0, 0)]
 
 
 def arrival_counters(device: torch.device, split: int, groups: int) -> torch.Tensor:
@@ -382,9 +374,8 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
                    config: tuple[int, int, int, int] | None = None) -> torch.Tensor:
     """mish(GroupNorm(x)) for x (N, C, H, W) contiguous, w, b (C,); returns y (N, C, H, W).
 
-    `config` forces (BLOCK, num_warps, STAGES, SPLIT, SYNC, per_sm) instead of the tuned
-    choice; the fields left off a shorter tuple are 0 (SPLIT 0: one kernel; per_sm 0: one
-    program per group).
+    `config` forces (BLOCK, num_warps, STAGES, SPLIT, SYNC) instead of the tuned choice; a
+    3-tuple means SPLIT 0 (one program per group), a 4-tuple SYNC 0.
     """
     global last_kernels
     if x.dim() != 4:
@@ -404,7 +395,7 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
     groups = N * num_groups
 
     def launch(cfg) -> int:
-        block, warps, stages, split, sync, per_sm = (tuple(cfg) + (0, 0, 0))[:6]
+        block, warps, stages, split, sync = (tuple(cfg) + (0, 0))[:5]
         if sync:
             cb, hb, nct, nht = sync_tiles(cpg, hw, block)
             if split != nct * nht:
@@ -426,10 +417,9 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
             return len(phases)
         if split == 0:
             cb, hb, one = tile(cpg, hw, block)
-            grid = min(groups, per_sm * sm_count(x.device)) if per_sm else groups
-            _gn_mish[(grid,)](x, w, b, y, cpg, num_groups, groups, eps, HW=hw, CB=cb, HB=hb,
-                              NHT=triton.cdiv(hw, hb), ONE_TILE=one, STAGES=stages,
-                              FAST=fast, num_warps=warps)
+            _gn_mish[(groups,)](x, w, b, y, cpg, num_groups, eps, HW=hw, CB=cb, HB=hb,
+                                NHT=triton.cdiv(hw, hb), ONE_TILE=one, STAGES=stages,
+                                FAST=fast, num_warps=warps)
             return 1
         split, cpc = chunks(cpg, split)
         cb, hb, _ = tile(cpc, hw, block)

@@ -118,7 +118,7 @@ def _assert_pipelined_builds():
     from kernels.layernorm import triton_layernorm_bwd as tlb
 
     gn = {"x_ptr": "*fp16", "w_ptr": "*fp16", "b_ptr": "*fp16", "y_ptr": "*fp16", "CPG": "i32",
-          "G": "i32", "NGROUPS": "i32", "eps": "fp32"}
+          "G": "i32", "eps": "fp32"}
     lb = {"x_ptr": "*fp16", "dy_ptr": "*fp16", "w_ptr": "*fp16", "mean_ptr": "*fp32",
           "rstd_ptr": "*fp32", "dx_ptr": "*fp16", "dwp_ptr": "*fp32", "dbp_ptr": "*fp32",
           "M": "i32", "N": "i32", "x_stride": "i32", "dy_stride": "i32", "dx_stride": "i32",

@@ -51,20 +51,6 @@ def test_two_pass_tiles(shape, config):
     assert res.correct, res.error
 
 
-@pytest.mark.parametrize("shape,config", [
-    ((3, 32, 16, 16, 8), (64, 4, 2, 0, 0, 1)),  # 24 groups on 4 interpreter "SMs": 6 each
-    ((2, 30, 5, 7, 3), (16, 2, 3, 0, 0, 2)),    # 6 groups, 8 programs: 2 have none
-    ((2, 8, 4, 4, 4), (256, 4, 1, 0, 0, 1)),    # one tile per group, walked persistently
-])
-def test_persistent_two_pass(shape, config):
-    """per_sm > 0: a grid of per_sm programs per SM, each normalising groups pid,
-    pid + programs, ... (the interpreter's sm_count is 4)."""
-    impl = _impl(lambda x, w, b, groups, out=None:
-                 tgm.groupnorm_mish(x, groups, w, b, out=out, config=config))
-    res = check(OP, impl, _p(*shape), "float16", "cpu")
-    assert res.correct, res.error
-
-
 @pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning",
                             "ignore:invalid value encountered in divide:RuntimeWarning")
 def test_mish_extremes_and_large_offsets():
@@ -82,21 +68,20 @@ def test_mish_extremes_and_large_offsets():
 
 
 def test_candidates():
-    """6-tuples the kernels take; one-tile shapes first (no loop), unpipelined before
-    pipelined in the two-pass list, its persistent-grid configs, then the synchronised form
-    (S = the group's tiles, 2 <= S <= the SMs), then the split form (2+ chunks of whole
-    channels), at most MAX_CONFIGS."""
+    """5-tuples the kernels take; one-tile shapes first (no loop), unpipelined before
+    pipelined in the two-pass list, then the synchronised form (S = the group's tiles,
+    2 <= S <= the SMs), then the split form (2+ chunks of whole channels), at most
+    MAX_CONFIGS."""
     for cpg, hw in ((10, 4096), (20, 1024), (10, 16384), (2, 35), (8, 64)):
         cands = tgm.configs(cpg, hw, 128, 132)
         assert 1 <= len(cands) <= tgm.MAX_CONFIGS and len(set(cands)) == len(cands)
-        assert all(len(c) == 6 for c in cands)
-        assert all(c[5] == 0 or (c[3] == 0 and c[4] == 0) for c in cands)
+        assert all(len(c) == 5 for c in cands)
         one = [c for c in cands if c[3] == 0 and tgm.tile(cpg, hw, c[0])[2]]
         assert all(c[2] == 1 for c in one) and cands[:len(one)] == one
         split = [c for c in cands if c[3] and not c[4]]
         assert cands[len(cands) - len(split):] == split  # one kernel first
         assert all(2 <= c[3] <= cpg for c in split)
-        for block, _, stages, s, sync, _ in cands:
+        for block, _, stages, s, sync in cands:
             if sync:
                 _, _, nct, nht = tgm.sync_tiles(cpg, hw, block)
                 assert stages == 1 and s == nct * nht and 2 <= s <= 64
@@ -112,11 +97,6 @@ def test_candidates():
     # enough groups to fill the SMs twice over: no split form (the synchronised one stays)
     assert not any(c[3] and not c[4] for c in tgm.configs(10, 4096, 512, 132))
     assert any(c[3] and not c[4] for c in tgm.configs(10, 4096, 263, 132))
-    # persistent two-pass grids only where there are more groups than programs
-    assert {c[5] for c in tgm.configs(10, 4096, 512, 132)} == {0, 1, 2}
-    assert {c[5] for c in tgm.configs(10, 4096, 200, 132)} == {0, 1}
-    assert {c[5] for c in tgm.configs(10, 16384, 128, 132)} == {0}
-    assert not any(c[5] for c in tgm.configs(2, 35, 1000, 132))  # one tile: no two passes
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
