@@ -5,7 +5,7 @@
 
 In NCHW a group (n, g) is one contiguous run of L = (C/G)·H·W elements, walked as
 [CB channels x HB pixels] tiles (no per-element channel division: w, b are loaded per channel
-row of the tile). Two forms, both timed by the Tuner (`SPLIT` field):
+row of the tile). Three forms, all timed by the Tuner (`SPLIT` and `SYNC` fields):
 
 - SPLIT = 0, one kernel, one program per group:
   - ONE_TILE (the whole group fits one register tile, <= 16K elements): one read and one
@@ -18,7 +18,7 @@ row of the tile). Two forms, both timed by the Tuner (`SPLIT` field):
   On an H200 this form reached 40-50 % of the DRAM roof at the SD U-Net shapes (ncu: SM 66 %,
   top stalls long_scoreboard and barrier, occupancy 40 %): each program walks 80-320 KiB
   alone, a few programs per SM, and there are only 128-512 groups.
-- SPLIT = S >= 1, two kernels, S programs per group, each owning a chunk of ceil(CPG / S)
+- SPLIT = S >= 1 (SYNC = 0), two kernels, S programs per group, each owning a chunk of ceil(CPG / S)
   whole channels: `_gn_partials` writes each chunk's shifted sums (2 fp32, the group's
   shift shared by its chunks, so the partials add exactly), `_gn_apply` adds its group's S
   partials in a fixed order (deterministic, no atomics) and normalises its chunk. The second
@@ -44,6 +44,12 @@ row of the tile). Two forms, both timed by the Tuner (`SPLIT` field):
   launch needs no memset and a CUDA-graph replay behaves like a launch. The CPU interpreter
   runs programs one after another (a wait would never end): there, S > 1 runs the kernel's
   two halves as two launches (PHASE 1 publishes and counts in, PHASE 2 reloads and normalises).
+  On an H200 (runs ...-groupnorm-mish-cb77 -> ae44 -> 4ae6) the Tuner picks it at 128 and 32
+  groups (batch 1: 12.3-13.3 us where the split form took 17.9-18.1 us); at 512 and 1024
+  groups the one-kernel form stays the pick (31-34 us; the best synchronised tile 33-34 us;
+  ncu: x read once, 42 vs 60 MB, but
+  neither DRAM nor the issue slots busy: the tile held in registers through the wait caps the
+  programs per SM and so the bytes in flight).
 
 Mish without tanh/log: with e = exp(v), tanh(log(1 + e)) = e(e + 2) / (e(e + 2) + 2), so
 mish(v) = v · n / (n + 2), n = e(e + 2) — on the GPU one ex2.approx.ftz and one fast
@@ -321,11 +327,11 @@ def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1,
     the first is the untimed default.
 
     One kernel: the one-tile configs where the group fits (nothing to pipeline), else up to 6
-    two-pass ones. Synchronised form: the SYNC_TILES that cut the group into 2 to
-    `max_sync` (default min(MAX_SPLIT, sms): programs that must be resident together) tiles. Split form, only where the one-kernel form has fewer than
-    SPLIT_BELOW programs per SM: chunks of whole channels of about SPLIT_CHUNKS elements, at
-    least 2 per group, each in tiles of up to 8192 elements (a chunk of several tiles also
-    pipelined 2 deep); at most MAX_CONFIGS in all."""
+    two-pass ones. Synchronised form: the SYNC_TILES that cut the group into 2 to `max_sync`
+    tiles (default min(MAX_SPLIT, sms): programs that must be resident together). Split form,
+    only where the one-kernel form has fewer than SPLIT_BELOW programs per SM: chunks of whole
+    channels of about SPLIT_CHUNKS elements, at least 2 per group, each in tiles of up to 8192
+    elements (a chunk of several tiles also pipelined 2 deep); at most MAX_CONFIGS in all."""
     one = triton.next_power_of_2(cpg) * triton.next_power_of_2(hw)
     out = []
     if one <= MAX_ONE_TILE:  # no loop: nothing to pipeline
@@ -371,7 +377,7 @@ def kernels_launched() -> int:
 
 def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.Tensor,
                    eps: float = 1e-5, out: torch.Tensor | None = None,
-                   config: tuple[int, int, int, int] | None = None) -> torch.Tensor:
+                   config: tuple[int, ...] | None = None) -> torch.Tensor:
     """mish(GroupNorm(x)) for x (N, C, H, W) contiguous, w, b (C,); returns y (N, C, H, W).
 
     `config` forces (BLOCK, num_warps, STAGES, SPLIT, SYNC) instead of the tuned choice; a
