@@ -47,8 +47,9 @@ row of the tile). Three forms, all timed by the Tuner (`SPLIT` and `SYNC` fields
   On an H200 (runs ...-groupnorm-mish-cb77 -> ae44 -> 4ae6) the Tuner picks it at 128 and 32
   groups (batch 1: 12.3-13.3 us where the split form took 17.9-18.1 us); at 512 and 1024
   groups the one-kernel form stays the pick (31-34 us; the best synchronised tile 33-34 us;
-  ncu: x read once, 42 vs 60 MB, but neither DRAM nor the issue slots busy: the tile held in
-  registers through the wait caps the programs per SM and so the bytes in flight).
+  ncu: x read once, 42 vs 60 MB, but neither DRAM nor the issue slots busy, occupancy 23-50 %
+  set by registers; holding the tile as packed 16-bit pairs needed no fewer registers in an
+  sm_90 build, the Mish stage's temporaries set the count).
 
 Mish without tanh/log: with e = exp(v), tanh(log(1 + e)) = e(e + 2) / (e(e + 2) + 2), so
 mish(v) = v · n / (n + 2), n = e(e + 2) — on the GPU one ex2.approx.ftz and one fast
