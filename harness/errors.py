@@ -26,3 +26,11 @@ class StoreError(HarnessError):
 
 class ImportFormatError(HarnessError):
     """A file given to `harness import` is not something we can read."""
+
+
+def exception_line(exc: BaseException, limit: int = 200) -> str:
+    """`Type: first line of the message`, at most `limit` characters: how a failure that is
+    not the user's (a kernel, a config) is recorded beside what it failed."""
+    msg = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {msg[0]}" if msg else type(exc).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."

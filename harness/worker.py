@@ -35,6 +35,8 @@ import traceback
 import zlib
 from pathlib import Path
 
+from harness.errors import exception_line
+
 EXIT_CONTEXT_DEAD = 3
 PASSES = ("check", "time", "profile", "torch_profiler", "warm")
 WARM_BACKENDS = ("triton", "compile")  # what JIT-compiles on its first call
@@ -155,7 +157,7 @@ class Worker:
             try:
                 rec["compiled"] = compiled_kernels(fn, impl.fn, self._sync)
             except Exception as exc:  # provenance never fails a timed case; say why it is absent
-                rec["compiled"], rec["compiled_error"] = None, _one_line(exc)
+                rec["compiled"], rec["compiled_error"] = None, exception_line(exc, 500)
         else:  # the interpreter compiles nothing
             rec["compiled"] = []
         return rec
@@ -288,7 +290,7 @@ class Worker:
                 rec = handler(impl, params, dtype, case_id)
         except Exception as exc:  # a failing kernel fails its case, not the run
             traceback.print_exc()
-            return {"status": "error", "error": _one_line(exc),
+            return {"status": "error", "error": exception_line(exc, 500),
                     "context_dead": self._context_dead(exc)}
         if pass_name in ("check", "time"):
             rec.update(self._provenance(impl, log))
@@ -360,12 +362,6 @@ def _registered_impl(row) -> str:
 def _forced_config(row) -> dict:
     raw = getattr(row, "forced_config", None)
     return json.loads(raw) if isinstance(raw, str) and raw else {}
-
-
-def _one_line(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
-    first = text[0] if text else type(exc).__name__
-    return first[:500]
 
 
 def main(argv: list[str] | None = None) -> int:

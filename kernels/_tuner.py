@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
 from harness import tuning
+from harness.errors import exception_line
 
 PRECOMPILE_THREADS = 8
 REP_MS = 10  # launches timed per measurement: about this many ms of them
@@ -89,7 +90,7 @@ def precompile(candidates: Sequence, launch: Callable[[Any], None],
             launch(cfg)
         except Exception as exc:  # a config that does not compile (smem, registers): skipped
             if failed is not None:
-                failed[cfg] = one_line(exc)
+                failed[cfg] = exception_line(exc)
             return False
         return True
 
@@ -334,18 +335,17 @@ class Tuner:
         return {"candidates": rows, "compile_s": round(cost[0], 3),
                 "timing_s": round(cost[1], 3)}
 
-    def _time_all(self, key, todo, launch, failed: dict | None = None):
+    def _time_all(self, key, todo, launch, failed: dict):
         """(winner, {candidate: first-pass ms}, {finalist: score ms}); a candidate that fails
         to launch or time is skipped (its error kept in `failed`)."""
         timings = {}  # candidate index -> ms
-        failed = {} if failed is None else failed
         for i, cfg in enumerate(todo):
             try:
                 if not timings:
                     self.spin_up(launch, cfg)
                 timings[i] = self.measure(launch, cfg)
             except Exception as exc:  # fails to compile or launch (e.g. out of smem)
-                failed[cfg] = one_line(exc)
+                failed[cfg] = exception_line(exc)
                 continue
         if not timings:
             raise RuntimeError(f"{self.name}: no launch configuration compiled for {key}"
@@ -401,13 +401,6 @@ def _synchronize() -> None:
 
     if torch.cuda.is_available():
         torch.cuda.synchronize()
-
-
-def one_line(exc: BaseException, limit: int = 200) -> str:
-    """`Type: first line of the message`, at most `limit` characters."""
-    msg = str(exc).strip().splitlines()
-    text = f"{type(exc).__name__}: {msg[0]}" if msg else type(exc).__name__
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _plain(v):
