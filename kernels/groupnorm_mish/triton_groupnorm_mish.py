@@ -399,6 +399,9 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
         return y
     fast = x.is_cuda
     groups = N * num_groups
+    # the synchronised form's programs per group that can be resident together (GPU; the
+    # interpreter's two halves need no residency)
+    resident = min(MAX_SPLIT, sm_count(x.device)) if fast else None
 
     def launch(cfg) -> int:
         block, warps, stages, split, sync = (tuple(cfg) + (0, 0))[:5]
@@ -408,10 +411,9 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
                 raise ValueError(f"groupnorm_mish: SYNC=1 with BLOCK={block} cuts a group of "
                                  f"{cpg}x{hw} into {nct * nht} tiles: SPLIT must be "
                                  f"{nct * nht}, not {split}")
-            if x.is_cuda and split > min(MAX_SPLIT, sm_count(x.device)):
+            if resident and split > resident:
                 raise ValueError(f"groupnorm_mish: SYNC=1 needs the group's {split} programs "
-                                 f"resident together: at most {min(MAX_SPLIT, sm_count(x.device))} "
-                                 f"here (a larger BLOCK)")
+                                 f"resident together: at most {resident} here (a larger BLOCK)")
             part = torch.empty(2 * groups * split, device=x.device, dtype=torch.float32)
             cnt = arrival_counters(x.device, split, groups)
             phases = (0,) if fast or split == 1 else (1, 2)
@@ -440,8 +442,8 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
         return 2
 
     if config is None:
-        sms = sm_count(x.device)  # the interpreter's halves need no residency: any S
         config = _tuner.pick((N, C, hw, num_groups, x.dtype),
-                             configs(cpg, hw, groups, sms, None if fast else MAX_SPLIT), launch)
+                             configs(cpg, hw, groups, sm_count(x.device), resident or MAX_SPLIT),
+                             launch)
     last_kernels = launch(config)
     return y
