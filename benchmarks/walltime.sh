@@ -3,14 +3,18 @@
 #   usage (device, repo root, after `source .devcarry/env.sh`):
 #     benchmarks/walltime.sh OUT_DIR LIMIT_S experiments/x.yaml [more run args]
 # Writes OUT_DIR/<name>.log (the run's output + `time`) and the store under OUT_DIR/store.
-# COLD=1: fresh Triton and Inductor caches for this run (what a first run on a new machine pays).
+# COLD=1: fresh Triton and Inductor caches for this run (what a first run on a new machine pays),
+# kept under OUT_DIR/caches/<name>; CACHES=<name>: this run reuses that earlier run's caches.
 set -uo pipefail
-if [ "${COLD:-0}" = 1 ]; then
-  export TRITON_CACHE_DIR=$(mktemp -d) TORCHINDUCTOR_CACHE_DIR=$(mktemp -d)
-fi
 out=$1; limit=$2; exp=$3; shift 3
 name=${NAME:-$(basename "$exp" .yaml)}
 mkdir -p "$out"
+if [ "${COLD:-0}" = 1 ]; then
+  rm -rf "$out/caches/$name"; mkdir -p "$out/caches/$name/triton" "$out/caches/$name/inductor"
+  export TRITON_CACHE_DIR=$out/caches/$name/triton TORCHINDUCTOR_CACHE_DIR=$out/caches/$name/inductor
+elif [ -n "${CACHES:-}" ]; then
+  export TRITON_CACHE_DIR=$out/caches/$CACHES/triton TORCHINDUCTOR_CACHE_DIR=$out/caches/$CACHES/inductor
+fi
 start=$(date +%s%N)
 timeout "$limit" python3 -m harness run "$exp" --store "$out/store" "$@" > "$out/$name.log" 2>&1
 rc=$?
