@@ -7,7 +7,8 @@ launch-config picks (the check pass then times nothing it already timed).
     previous_profile_s(run_dir, prof)     -> case_id -> seconds the case took under profiler
         `prof` in the latest earlier run that profiled (how the profiler passes are sharded)
     compiled_before(run_dir, impl_of, op) -> the cases whose kernels this host has compiled:
-        the previous run on this host, same torch and triton, checked them with the same code
+        the latest earlier run with the same kernel cache folders (still there), on this
+        host with the same torch and triton, checked them with the same code
     inherit_picks(run_dir, op)            -> the previous run's id when its tuner_picks.json
         was copied in: same GPU model, driver, torch and triton, and every implementation the
         two runs share has the same code_hash (one edited kernel: everything is tuned again)
@@ -108,16 +109,44 @@ def _old_hashes(prev: Path) -> dict[str, str] | None:
 def compiled_before(run_dir: Path, impl_of: dict[str, str], op) -> set[str]:
     """The cases of `impl_of` (case_id -> registered impl) whose kernels are already in this
     host's compile caches (see the module docstring)."""
-    env = store.load_manifest(run_dir).get("env") or {}
-    if env.get("hostname") != socket.gethostname():
+    m = store.load_manifest(run_dir)
+    env = m.get("env") or {}
+    caches = m.get("kernel_caches")
+    if env.get("hostname") != socket.gethostname() or not caches:
         return set()
-    prev = _previous(run_dir, ("torch", "triton", "hostname"))
-    before = _old_hashes(prev) if prev is not None else None
+    # fresh cache folders (TRITON_CACHE_DIR / TORCHINDUCTOR_CACHE_DIR set elsewhere, a wiped
+    # /tmp) hold nothing an earlier run compiled: on a two-H200 host a cold run with new
+    # folders skipped compile-ahead for all 120 cases and compiled them in its check pass.
+    # The latest earlier run that checked cases with these folders counts (one with other
+    # folders in between did not touch them).
+    if not all(_nonempty(d) for d in caches.values()):
+        return set()
+    before = None
+    for run in earlier_runs(run_dir):
+        try:
+            old = store.load_manifest(run)
+        except HarnessError:
+            return set()
+        if old.get("kernel_caches") != caches:
+            continue
+        old_env = old.get("env") or {}
+        if any(old_env.get(k) != env.get(k) for k in ("torch", "triton", "hostname")):
+            return set()
+        before = _old_hashes(run)
+        if before:  # a run that checked nothing compiled nothing: look further back
+            break
     if not before:
         return set()
     now = _hashes(op, set(impl_of.values()))
     return {c for c, impl in impl_of.items()
             if now[impl] is not None and before.get(c) == now[impl]}
+
+
+def _nonempty(folder: str) -> bool:
+    try:
+        return any(Path(folder).iterdir())
+    except OSError:
+        return False
 
 
 def inherit_picks(run_dir: Path, op) -> str | None:

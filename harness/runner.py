@@ -22,7 +22,7 @@ from harness import spec, store
 from harness.errors import HarnessError
 from harness.executors import Executor, make_executor
 from harness.executors.base import from_manifest
-from harness.executors.process import Interrupted, todo
+from harness.executors.process import Interrupted, kernel_caches, todo
 from harness.executors.schedule import case_costs, case_timeout_s, longest_first
 from harness.previous import previous_medians
 from harness.profiler_passes import ProfilerPasses
@@ -30,7 +30,8 @@ from harness.registry import get_op
 from harness.results import cases_frame, consolidate
 
 MEASURE_PASSES = ("check", "time")
-PASS_ORDER = ("compile", "check", "time", "check+time", "ncu", "nsys", "torch_profiler")
+PASS_ORDER = ("compile", "check", "time", "check+time", "ncu", "nsys", "torch_profiler",
+              "ncu+nsys", "ncu+torch_profiler")  # X+Y: side by side on the GPUs of --gpus
 
 
 class Runner(ProfilerPasses):
@@ -246,6 +247,7 @@ def start(exp_path: str, *, out_root: str, smoke: bool | None, cases_filter: str
         "created_utc": datetime.now(timezone.utc).isoformat(),
         "executor": executor.describe(),
         "driver": store.driver_record(),
+        "kernel_caches": kernel_caches(),  # compile-ahead trusts only the same cache folders
         "against": asked.as_dict() if asked else None,  # None: found at the end of the run
         "retune": retune,  # True: no Tuner pick taken over from the previous run
         "profile_harness": profile_harness,  # raw/harness_profile/: cProfile of each process

@@ -262,17 +262,39 @@ def test_cases_compiled_by_the_previous_run_on_this_host_are_not_warmed_again(tm
 
     op = registry().get_op("scale2")
     env = {"device": "cpu", "hostname": socket.gethostname(), "torch": "2.x", "triton": "3.x"}
+    caches = {"triton": str(tmp_path / "tc"), "inductor": str(tmp_path / "ic")}
+    for d in caches.values():
+        (Path(d) / "k").mkdir(parents=True)
     old, ids = _run_dir(tmp_path, ["warm_tuned"])
-    store.update_manifest(old, env=env)
+    store.update_manifest(old, env=env, kernel_caches=caches)
     tuned = [c for c in ids if c.startswith("warm_tuned")]
     h = code_hash(op.get_impl("warm_tuned").fn)
     store.write_table(old, "results", pd.DataFrame(
         {"case_id": tuned, "code_hash": [h, "0123456789ab"]}))  # the second: older code
     time.sleep(1.1)  # run ids are per second
     new, _ = _run_dir(tmp_path, ["warm_tuned"])
-    store.update_manifest(new, env=env)
+    store.update_manifest(new, env=env, kernel_caches=caches)
     impl_of = dict.fromkeys(tuned, "warm_tuned")
     assert compiled_before(new, impl_of, op) == {tuned[0]}
+    # other cache folders (a cold TRITON_CACHE_DIR), or the same ones emptied: nothing cached
+    store.update_manifest(new, kernel_caches={**caches, "triton": str(tmp_path / "fresh")})
+    assert compiled_before(new, impl_of, op) == set()
+    store.update_manifest(new, kernel_caches=caches)
+    (Path(caches["inductor"]) / "k").rmdir()
+    assert compiled_before(new, impl_of, op) == set()
+    (Path(caches["inductor"]) / "k").mkdir()
+    store.update_manifest(old, kernel_caches=None)  # a run from before folders were recorded
+    assert compiled_before(new, impl_of, op) == set()
+    store.update_manifest(old, kernel_caches=caches)
+    # a run with other folders in between (a cold-cache run) leaves these folders as they were
+    time.sleep(1.1)
+    between, _ = _run_dir(tmp_path, ["warm_tuned"])
+    store.update_manifest(between, env=env, kernel_caches={"triton": "/elsewhere", "inductor": "/x"})
+    store.write_table(between, "results", pd.DataFrame({"case_id": tuned, "code_hash": [h, h]}))
+    time.sleep(1.1)
+    newest, _ = _run_dir(tmp_path, ["warm_tuned"])
+    store.update_manifest(newest, env=env, kernel_caches=caches)
+    assert compiled_before(newest, impl_of, op) == {tuned[0]}
     store.update_manifest(new, env={**env, "triton": "3.y"})  # a new triton: nothing is cached
     assert compiled_before(new, impl_of, op) == set()
     store.update_manifest(new, env={**env, "hostname": "elsewhere"})

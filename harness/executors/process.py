@@ -39,6 +39,24 @@ def triton_cache_dir() -> str:
     return os.path.join(home, ".triton", "cache")
 
 
+def kernel_caches() -> dict[str, str]:
+    """Where this run's workers keep compiled kernels: Triton's cache (pinned by worker_env)
+    and Inductor's ($TORCHINDUCTOR_CACHE_DIR, else its default under the temp folder). A run
+    records them, so the next one trusts a previous compile only from the same folders."""
+    import getpass
+    import re
+    import tempfile
+
+    try:
+        user = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
+    except Exception:  # no user name (some containers): Inductor falls back the same way
+        user = "unknown"
+    inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(
+        tempfile.gettempdir(), f"torchinductor_{user}")
+    return {"triton": os.path.abspath(os.environ.get("TRITON_CACHE_DIR") or triton_cache_dir()),
+            "inductor": os.path.abspath(inductor)}
+
+
 def worker_env(device: str, gpu: int | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] +
