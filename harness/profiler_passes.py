@@ -1,7 +1,9 @@
 """The profiler passes of a run (ncu, nsys, or torch.profiler without nsys), as a part of
 harness.runner.Runner: each re-runs the chosen cases' `profile` pass in a worker wrapped by the
-profiler (one process per GPU with --gpus, each taking whole implementations), then exports,
-parses and merges what it measured into the run's metrics and extra tables.
+profiler, then exports, parses and merges what it measured into the run's metrics and extra
+tables. On one GPU the passes run one after the other; with --gpus they share the GPUs: every
+pass's cases are dealt onto them together, an implementation's cases of one pass in one
+process (ncu on one GPU while nsys runs on another), a GPU running its processes in turn.
 """
 from __future__ import annotations
 
@@ -14,8 +16,9 @@ from rich.progress import Progress
 
 from harness import env as envmod
 from harness import spec, store
-from harness.executors.process import describe_rc, stream, worker_argv, worker_env
-from harness.executors.schedule import shard_by_impl
+from harness.executors.process import (describe_rc, run_threads, stream, worker_argv,
+                                       worker_env)
+from harness.executors.schedule import PROFILE_CASE_S, shard_by_impl
 from harness.previous import previous_profile_s
 
 
@@ -37,17 +40,19 @@ class ProfilerPasses:
                     self._set_pass(name, "skipped: the Ray driver has no GPU (the profiler "
                                          "passes run on the driver's first GPU)")
             return
+        todo = []
         if prof.ncu is not None and prof.ncu.enabled and not self._done("ncu"):
-            self.profile(progress, "ncu", prof.ncu)
+            todo.append(("ncu", prof.ncu))
         if prof.nsys is not None and prof.nsys.enabled and not self._done("nsys"):
             from harness.profilers.nsys import Nsys
 
             if Nsys().is_available():
-                self.profile(progress, "nsys", prof.nsys)
+                todo.append(("nsys", prof.nsys))
             else:
                 self._set_pass("nsys", f"skipped: {Nsys().availability().detail}; "
                                        "kernel table from torch.profiler instead")
-                self.profile(progress, "torch_profiler", prof.nsys)
+                todo.append(("torch_profiler", prof.nsys))
+        self.profile_passes(progress, todo)
 
     def _done(self, name: str) -> bool:
         return self.passes.get(name, "").startswith(("done", "skipped"))
@@ -64,113 +69,146 @@ class ProfilerPasses:
                 if any(spec.glob_matches(r.case_id, f"{r.impl}.{r.shape_id}", p) for p in which)]
 
     def profile(self, progress: Progress, prof_name: str, options) -> None:
+        """One profiler pass on its own (profile_passes)."""
+        self.profile_passes(progress, [(prof_name, options)])
+
+    def profile_passes(self, progress: Progress, todo: list[tuple[str, object]]) -> None:
+        """Run the profiler passes `todo` ([(name, options)], in order). With one GPU, one pass
+        after the other. With several, side by side: every pass's processes are dealt onto
+        the GPUs together (an implementation's cases of one pass in one process, a GPU running
+        its processes in turn), so ncu on one GPU runs while nsys runs on another instead of
+        each pass leaving a GPU idle through its start-up and its tail."""
+        passes = [p for p in (self._plan_pass(progress, name, opts) for name, opts in todo) if p]
+        gpus = self.executor.profiler_gpus()
+        if len(passes) > 1 and len(gpus) > 1:
+            started = time.monotonic()
+            for p, shards in zip(passes, self._joint_shards(passes, gpus)):
+                p.shards = shards
+            self._run_processes(passes)
+            self._export(passes)
+            for p in passes:
+                self._merge_pass(p, side_by_side=True)
+            key = "+".join(p.name for p in passes)
+            self.pass_wall[key] = round(time.monotonic() - started, 2)
+            return
+        for p in passes:  # one GPU: each pass whole before the next (also its export)
+            p.shards = self._profile_shards(p.name, p.cases)
+            self._run_processes([p])
+            self._export([p])
+            self._merge_pass(p)
+
+    def _plan_pass(self, progress: Progress, prof_name: str, options) -> "_Pass | None":
         from harness.profilers import base
 
         prof = base.get(prof_name)
         avail = prof.availability()
         if not avail.ok:
             self._set_pass(prof_name, f"skipped: {avail.detail}")
-            return
+            return None
         cases = self.profile_cases(options.cases if hasattr(options, "cases") else "all")
         if not cases:
             self._set_pass(prof_name, "skipped: no runnable case to profile")
-            return
+            return None
         # one report per pass: a pass stopped half-way (Ctrl-C, timeout) is redone whole,
         # not just for the cases its worker had not reached
         store.clear_parts(self.run_dir, prof_name)
         task = progress.add_task(prof_name, total=len(cases))
         options = prof.prepare(options, store.load_cases(self.run_dir), cases)
-        shards = self._profile_shards(prof_name, cases)
+        return _Pass(prof_name, prof, options, cases, progress, task)
 
-        per_case: dict[str, float] = {}
-        began: dict[str, float] = {}
-        lock = threading.Lock()
+    def _run_processes(self, passes: list["_Pass"]) -> None:
+        """Every shard of `passes` as a profiler process pinned to its GPU: one process at a
+        time on a GPU, the GPUs side by side. Ctrl-C stops them all (Interrupted)."""
+        by_gpu: dict[object, list[tuple[_Pass, int]]] = {}
+        for p in passes:
+            for i, (gpu, _ids, _out) in enumerate(p.shards):
+                by_gpu.setdefault(gpu, []).append((p, i))
 
-        def on_event(ev):  # per-case wall time under the profiler (replay passes included)
-            with lock:
-                if ev["event"] == "start":
-                    began[ev["case_id"]] = time.monotonic()
-                    progress.update(task, description=f"{prof_name} {ev['case_id']}")
-                elif ev["event"] == "done":
-                    per_case[ev["case_id"]] = round(time.monotonic() - began[ev["case_id"]], 2)
-                    progress.advance(task)
+        stop = threading.Event()  # Ctrl-C: every lane's process group is killed
 
-        started = time.monotonic()
-        outcome: dict[int, tuple[int, bool]] = {}
+        def one(p: _Pass, i: int) -> None:
+            gpu, ids, out_dir = p.shards[i]
+            argv = p.prof.command(worker_argv(self.run_dir, "torch_profiler" if p.name ==
+                                              "torch_profiler" else "profile", self.device, ids,
+                                              tag=p.name,
+                                              shard=f"gpu{gpu}" if len(p.shards) > 1 else None),
+                                  out_dir, p.options)
+            env = {**worker_env(self.device, gpu), **p.prof.env()}
+            p.mark()
+            try:
+                p.outcome[i] = stream(argv, env, out_dir / f"{p.name}.log", p.on_event,
+                                      timeout=p.options.timeout_s, watchdog=stop.is_set)
+            finally:
+                p.mark()
 
-        def one(i: int, gpu, ids: list[str], out_dir: Path):
-            argv = prof.command(worker_argv(self.run_dir, "torch_profiler" if prof_name ==
-                                            "torch_profiler" else "profile", self.device, ids,
-                                            tag=prof_name,
-                                            shard=f"gpu{gpu}" if len(shards) > 1 else None),
-                                out_dir, options)
-            env = {**worker_env(self.device, gpu), **prof.env()}
-            outcome[i] = stream(argv, env, out_dir / f"{prof_name}.log", on_event,
-                                timeout=options.timeout_s)
+        lanes = list(by_gpu.values())
+        if len(lanes) == 1 and len(lanes[0]) == 1:
+            one(*lanes[0][0])  # in this thread: Ctrl-C reaches stream() itself
+            return
 
-        if len(shards) == 1:
-            one(0, *shards[0])
-        else:  # one profiler process per GPU, side by side
-            interrupted: list[BaseException] = []
+        def lane(jobs) -> None:
+            for p, i in jobs:
+                if stop.is_set():
+                    return
+                one(p, i)
 
-            def guarded(i, *args):
-                try:
-                    one(i, *args)
-                except BaseException as exc:  # Interrupted: re-raised below
-                    interrupted.append(exc)
+        run_threads([threading.Thread(target=lane, args=(jobs,), daemon=True)
+                     for jobs in lanes], stop)
 
-            threads = [threading.Thread(target=guarded, args=(i, *sh), daemon=True)
-                       for i, sh in enumerate(shards)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                while t.is_alive():
-                    t.join(0.2)
-            if interrupted:
-                raise interrupted[0]
-        ran = time.monotonic() - started
-        progress.update(task, description=f"{prof_name} export")
+    def _export(self, passes: list["_Pass"]) -> None:
+        """Export and parse every shard's capture, side by side (each shard is an ncu or nsys
+        process of its own, and reading a large report takes seconds)."""
+        for p in passes:
+            p.progress.update(p.task, description=f"{p.name} export")
+            p.finished = [None] * len(p.shards)
 
-        def finish(shard: tuple) -> dict:
-            """Export and parse one shard's capture (shards side by side: each is an ncu or
-            nsys process of its own, and reading a large report takes seconds)."""
-            _gpu, ids, out_dir = shard
+        def finish(job: tuple) -> None:
+            p, i = job
+            _gpu, ids, out_dir = p.shards[i]
+            t0 = time.monotonic()
             got: dict = {"frame": None, "tables": {}, "error": None, "tables_error": None}
             try:
-                if prof_name == "torch_profiler":
+                if p.name == "torch_profiler":
                     self._write_torch_profiler_kernels(out_dir, ids)
-                prof.export(out_dir)
-                got["frame"] = prof.parse(out_dir)
+                p.prof.export(out_dir)
+                got["frame"] = p.prof.parse(out_dir)
             except Exception as exc:  # keep the timing results and the raw files whatever happens
                 got["error"] = exc
-                return got
-            try:  # tables besides metrics (ncu: source lines); a failure costs only them
-                got["tables"] = prof.extra_tables(out_dir)
-            except Exception as exc:
-                got["tables_error"] = exc
-            return got
+            else:
+                try:  # tables besides metrics (ncu: source lines); a failure costs only them
+                    got["tables"] = p.prof.extra_tables(out_dir)
+                except Exception as exc:
+                    got["tables_error"] = exc
+            got["export_s"] = time.monotonic() - t0
+            p.finished[i] = got
 
-        with ThreadPoolExecutor(len(shards)) as pool:
-            finished = list(pool.map(finish, shards))
-        wall = time.monotonic() - started
+        jobs = [(p, i) for p in passes for i in range(len(p.shards))]
+        with ThreadPoolExecutor(len(jobs)) as pool:
+            list(pool.map(finish, jobs))
+
+    def _merge_pass(self, p: "_Pass", side_by_side: bool = False) -> None:
+        prof_name = p.name
+        ran = p.span[1] - p.span[0] if p.span else 0.0
+        export_s = max((got["export_s"] for got in p.finished), default=0.0)
+        wall = ran + export_s
         self.pass_wall[prof_name] = round(wall, 2)
-        progress.update(task, description=prof_name)
+        p.progress.update(p.task, description=prof_name)
 
         frames, tables, states = [], {}, []
-        for i, (_gpu, ids, out_dir) in enumerate(shards):
+        for i, (_gpu, ids, out_dir) in enumerate(p.shards):
             log = out_dir / f"{prof_name}.log"
-            rc, timed_out = outcome.get(i, (1, False))
+            rc, timed_out = p.outcome.get(i, (1, False))
             problem = _log_problem(prof_name, log.read_text(errors="replace")
                                    if log.exists() else "")
             if problem and "ERR_NVGPUCTRPERM" in problem:
                 self._set_pass(prof_name, f"skipped: {problem}")
                 return
             if timed_out:
-                states.append(f"failed: timed out after {options.timeout_s:g} s (log: {log})")
+                states.append(f"failed: timed out after {p.options.timeout_s:g} s (log: {log})")
             elif rc != 0:
                 states.append(f"failed: exit {describe_rc(rc)}"
                               f"{': ' + problem if problem else ''} (log: {log})")
-            got = finished[i]
+            got = p.finished[i]
             if got["error"] is not None:
                 exc = got["error"]
                 self._set_pass(prof_name, f"failed: {type(exc).__name__}: {exc}")
@@ -184,19 +222,59 @@ class ProfilerPasses:
         import pandas as pd
 
         frames = [f for f in frames if len(f)]
-        self._merge_metrics(prof.source, pd.concat(frames, ignore_index=True) if frames
+        self._merge_metrics(p.prof.source, pd.concat(frames, ignore_index=True) if frames
                             else pd.DataFrame(columns=store.METRIC_COLUMNS))
         for name, parts in tables.items():
             store.write_table(self.run_dir, name, pd.concat(parts, ignore_index=True))
         timing = {"wall_s": round(wall, 2), "run_s": round(ran, 2),
-                  "export_s": round(wall - ran, 2), "cases": len(cases), "per_case_s": per_case}
-        if len(shards) > 1:
-            timing["gpus"] = {str(g): len(ids) for g, ids, _ in shards}
+                  "export_s": round(export_s, 2), "cases": len(p.cases),
+                  "per_case_s": p.per_case}
+        if len(p.shards) > 1 or side_by_side:
+            timing["gpus"] = {str(g): len(ids) for g, ids, _ in p.shards}
+        if side_by_side:
+            timing["side_by_side"] = True
         self.manifest = store.update_manifest(
             self.run_dir, profiler_wall_s={**self.manifest.get("profiler_wall_s", {}),
                                            prof_name: timing})
         failed = [st for st in states if st.startswith("failed")]
         self._set_pass(prof_name, failed[0] if failed else (states[0] if states else "done"))
+
+    def _case_weights(self, p: "_Pass") -> dict[str, float]:
+        """Seconds each case of pass `p` should take under its profiler: what it took in the
+        previous run that profiled it, else a per-profiler prior (PROFILE_CASE_S) spread over
+        the cases in proportion to their estimated cost."""
+        seen = previous_profile_s(self.run_dir, p.name)
+        _, cost, _ = self.plan()
+        mean = sum(cost.get(c, 0.0) for c in p.cases) / max(1, len(p.cases)) or 1.0
+        prior = PROFILE_CASE_S.get(p.name, PROFILE_CASE_S["default"])
+        return {c: seen[c] if c in seen else prior * cost.get(c, mean) / mean for c in p.cases}
+
+    def _joint_shards(self, passes: list["_Pass"], gpus: list) -> list[list[tuple]]:
+        """Per pass, its (gpu, case ids, out dir) shards when all `passes` share the GPUs: an
+        implementation's cases of one pass are one unit (shard_by_impl over every pass's
+        units at once), so a GPU may run ncu's cases and another nsys's."""
+        frame = store.load_cases(self.run_dir)
+        impl_of = dict(zip(frame.case_id, frame.impl))
+        keys, unit_of, weight = [], {}, {}
+        for p in passes:
+            w = self._case_weights(p)
+            for c in p.cases:
+                k = f"{p.name}|{c}"
+                keys.append(k)
+                unit_of[k] = f"{p.name}|{impl_of.get(c, c)}"
+                weight[k] = w[c]
+        parts = shard_by_impl(keys, unit_of, weight, len(gpus))
+        out = []
+        for p in passes:
+            mine = [(g, [k.split("|", 1)[1] for k in part if k.split("|", 1)[0] == p.name])
+                    for g, part in zip(gpus, parts)]
+            mine = [(g, ids) for g, ids in mine if ids]
+            if len(mine) == 1:
+                out.append([(mine[0][0], mine[0][1], store.raw_dir(self.run_dir, p.name))])
+            else:
+                out.append([(g, ids, store.raw_dir(self.run_dir, p.name, f"gpu{g}"))
+                            for g, ids in mine])
+        return out
 
     def _profile_shards(self, prof_name: str, cases: list[str]) -> list[tuple]:
         """(gpu, case ids, out dir) per profiler process: one on one GPU (raw/<prof>/), else an
@@ -233,6 +311,38 @@ class ProfilerPasses:
         frames = [f for f in (old, df) if len(f)]
         merged = pd.concat(frames, ignore_index=True) if frames else df
         store.write_table(self.run_dir, "metrics", merged)
+
+
+class _Pass:
+    """One profiler pass in flight: its cases, shards, per-case seconds and process outcomes."""
+
+    def __init__(self, name: str, prof, options, cases: list[str], progress: Progress,
+                 task) -> None:
+        self.name, self.prof, self.options, self.cases = name, prof, options, cases
+        self.progress, self.task = progress, task
+        self.shards: list[tuple] = []           # (gpu, case ids, out dir) per process
+        self.outcome: dict[int, tuple[int, bool]] = {}
+        self.finished: list[dict] = []
+        self.per_case: dict[str, float] = {}    # wall time under the profiler (replays included)
+        self.span: list[float] = []             # first process start, last process end
+        self._began: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def mark(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self.span = [min(self.span[0], now), max(self.span[1], now)] if self.span \
+                else [now, now]
+
+    def on_event(self, ev: dict) -> None:
+        with self._lock:
+            if ev["event"] == "start":
+                self._began[ev["case_id"]] = time.monotonic()
+                self.progress.update(self.task, description=f"{self.name} {ev['case_id']}")
+            elif ev["event"] == "done":
+                self.per_case[ev["case_id"]] = round(
+                    time.monotonic() - self._began[ev["case_id"]], 2)
+                self.progress.advance(self.task)
 
 
 def _log_problem(prof_name: str, text: str) -> str | None:

@@ -423,6 +423,80 @@ def test_profile_shards_weigh_cases_by_the_previous_runs_profiler_seconds(tmp_pa
     assert previous_profile_s(old, "nsys") == {}  # only earlier runs count
 
 
+def _fake_profiler(name):
+    """A profiler that runs the worker and reports, per case, the GPU its process was pinned to."""
+    import pandas as pd
+
+    from harness.profilers import base
+
+    class Fake(base.Profiler):
+        def availability(self):
+            return base.Availability(True, "fake")
+
+        def command(self, worker_argv, out_dir, options):
+            return [sys.executable, "-c", _WRAP, str(out_dir), *worker_argv]
+
+        def parse(self, out_dir):
+            seen = json.loads((out_dir / "seen.json").read_text())
+            return pd.DataFrame([{"case_id": c, "source": self.source, "kernel": "k",
+                                  "name": "gpu", "value": float(seen["gpu"]), "unit": ""}
+                                 for c in seen["cases"]], columns=base.METRIC_COLUMNS)
+
+    Fake.name = Fake.source = name
+    return Fake
+
+
+@pytest.mark.slow
+def test_profiler_passes_share_the_gpus_side_by_side(tmp_path, test_ops, monkeypatch):
+    """With two GPUs, two profiler passes are dealt onto them together: the heavy pass's one
+    implementation on one GPU while the light pass runs whole on the other (one pass after the
+    other, each would split over both GPUs); every case profiled once by each pass, the
+    metrics of both merged, the passes' shared wall recorded."""
+    from rich.progress import Progress
+
+    from harness.profilers import base
+    from harness.runner import Runner, wall_line
+
+    for name in ("slowprof", "fastprof"):
+        monkeypatch.setitem(base._REGISTRY, name, _fake_profiler(name))
+    earlier, ids = _run_dir(tmp_path, ["zeros", "nan"])
+    slow_ids = [c for c in ids if c.startswith("zeros.")]
+    # what the earlier run measured: slowprof 30 s a case (one implementation), fastprof 10 s
+    # (three: the baseline too)
+    store.update_manifest(earlier, profiler_wall_s={
+        "slowprof": {"per_case_s": dict.fromkeys(slow_ids, 30.0)},
+        "fastprof": {"per_case_s": dict.fromkeys(ids, 10.0)}})
+    time.sleep(1.1)  # run ids are per second
+    run, _ = _run_dir(tmp_path, ["zeros", "nan"])
+    r = Runner(run, Console(file=open(os.devnull, "w")), GpuExecutor([0, 1]))
+    r.profile_cases = lambda which: slow_ids if which == "slow" else ids
+    with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
+        r.profile_passes(progress, [("slowprof", SimpleNamespace(cases="slow", timeout_s=120)),
+                                    ("fastprof", SimpleNamespace(cases="all", timeout_s=120))])
+    assert r.passes["slowprof"] == r.passes["fastprof"] == "done", r.passes
+    m = store.load_metrics(run)
+    assert sorted(m[m.source == "slowprof"].case_id) == sorted(slow_ids)
+    assert sorted(m[m.source == "fastprof"].case_id) == sorted(ids)
+    gpus = {src: set(m[m.source == src].value) for src in ("slowprof", "fastprof")}
+    assert len(gpus["slowprof"]) == len(gpus["fastprof"]) == 1, gpus
+    assert gpus["slowprof"] | gpus["fastprof"] == {0.0, 1.0}, gpus
+    # one process each: its report where a one-GPU pass keeps it
+    assert (run / "raw" / "fastprof" / "fastprof.log").exists()
+    wall = store.load_manifest(run)["profiler_wall_s"]
+    assert wall["slowprof"]["side_by_side"] and wall["fastprof"]["side_by_side"]
+    assert sorted(wall["fastprof"]["per_case_s"]) == sorted(ids)
+    assert r.pass_wall["slowprof+fastprof"] >= max(r.pass_wall["slowprof"],
+                                                   r.pass_wall["fastprof"]) - 0.05
+    assert "ncu+nsys 3.0 s" in wall_line({"ncu": 2.0, "nsys": 2.5, "ncu+nsys": 3.0, "total": 9})
+    # one pass alone still splits over both GPUs
+    r2 = Runner(run, Console(file=open(os.devnull, "w")), GpuExecutor([0, 1]))
+    r2.profile_cases = lambda which: ids
+    with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
+        r2.profile_passes(progress, [("fastprof", SimpleNamespace(cases="all", timeout_s=120))])
+    m = store.load_metrics(run)
+    assert set(m[m.source == "fastprof"].value) == {0.0, 1.0}
+
+
 @pytest.mark.slow
 def test_profiler_pass_shards_implementations_over_gpus_and_merges(tmp_path, test_ops,
                                                                    monkeypatch):
@@ -434,22 +508,7 @@ def test_profiler_pass_shards_implementations_over_gpus_and_merges(tmp_path, tes
     from harness.profilers import base
     from harness.runner import Runner
 
-    class Fake(base.Profiler):
-        name = source = "fakeprof"
-
-        def availability(self):
-            return base.Availability(True, "fake")
-
-        def command(self, worker_argv, out_dir, options):
-            return [sys.executable, "-c", _WRAP, str(out_dir), *worker_argv]
-
-        def parse(self, out_dir):
-            seen = json.loads((out_dir / "seen.json").read_text())
-            return pd.DataFrame([{"case_id": c, "source": "fakeprof", "kernel": "k",
-                                  "name": "gpu", "value": float(seen["gpu"]), "unit": ""}
-                                 for c in seen["cases"]], columns=base.METRIC_COLUMNS)
-
-    monkeypatch.setitem(base._REGISTRY, "fakeprof", Fake)
+    monkeypatch.setitem(base._REGISTRY, "fakeprof", _fake_profiler("fakeprof"))
     run, ids = _run_dir(tmp_path, ["zeros", "nan"])
     r = Runner(run, Console(file=open(os.devnull, "w")), GpuExecutor([0, 1]))
     r.profile_cases = lambda which: ids

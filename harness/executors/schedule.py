@@ -163,6 +163,10 @@ def case_costs(cases, op, timing, device: str, prev: dict[str, float] | None = N
 
 
 PROFILE_SETUP_S = 5.0  # a profiler process's per-implementation start-up (import, compile, tune)
+# a case's seconds under each profiler when no earlier run profiled it (H200, flash.yaml: ncu
+# 0.9-8.7 s a case, its median near 2 s; nsys 0.01-0.3 s): only the passes' relative weight
+# matters, when their processes are dealt onto the GPUs together
+PROFILE_CASE_S = {"ncu": 2.0, "nsys": 0.05, "torch_profiler": 0.1, "default": 0.5}
 
 
 def shard_by_impl(case_ids: list[str], impl_of: dict[str, str], cost: dict[str, float],
