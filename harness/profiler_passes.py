@@ -18,7 +18,8 @@ from harness import env as envmod
 from harness import spec, store
 from harness.executors.process import (describe_rc, run_threads, stream, worker_argv,
                                        worker_env)
-from harness.executors.schedule import PROFILE_CASE_S, shard_by_impl
+from harness.executors.schedule import (PROFILE_CASE_S, PROFILE_PROCESS_S, PROFILE_SETUP_S,
+                                        shard_by_impl, shard_profilers)
 from harness.previous import previous_profile_s
 
 
@@ -239,36 +240,37 @@ class ProfilerPasses:
         failed = [st for st in states if st.startswith("failed")]
         self._set_pass(prof_name, failed[0] if failed else (states[0] if states else "done"))
 
-    def _case_weights(self, p: "_Pass") -> dict[str, float]:
-        """Seconds each case of pass `p` should take under its profiler: what it took in the
-        previous run that profiled it, else a per-profiler prior (PROFILE_CASE_S) spread over
-        the cases in proportion to their estimated cost."""
-        seen = previous_profile_s(self.run_dir, p.name)
-        _, cost, _ = self.plan()
-        mean = sum(cost.get(c, 0.0) for c in p.cases) / max(1, len(p.cases)) or 1.0
-        prior = PROFILE_CASE_S.get(p.name, PROFILE_CASE_S["default"])
-        return {c: seen[c] if c in seen else prior * cost.get(c, mean) / mean for c in p.cases}
-
     def _joint_shards(self, passes: list["_Pass"], gpus: list) -> list[list[tuple]]:
-        """Per pass, its (gpu, case ids, out dir) shards when all `passes` share the GPUs: an
-        implementation's cases of one pass are one unit (shard_by_impl over every pass's
-        units at once), so a GPU may run ncu's cases and another nsys's."""
+        """Per pass, its (gpu, case ids, out dir) shards when all `passes` share the GPUs
+        (schedule.shard_profilers): an implementation's cases under one pass are one unit, and
+        a unit weighs the seconds its cases took under that profiler in the previous run (the
+        first case's warm-up included), else a per-profiler prior (PROFILE_CASE_S) spread over
+        the cases by their estimated cost, plus a warm-up (PROFILE_SETUP_S)."""
         frame = store.load_cases(self.run_dir)
         impl_of = dict(zip(frame.case_id, frame.impl))
-        keys, unit_of, weight = [], {}, {}
+        _, est, _ = self.plan()
+        units: dict[tuple[str, str], list[str]] = {}
+        cost: dict[str, float] = {}  # keyed "pass|case": a case is in several passes
+        setup: dict[tuple[str, str], float] = {}
         for p in passes:
-            w = self._case_weights(p)
+            seen = previous_profile_s(self.run_dir, p.name)
+            mean = sum(est.get(c, 0.0) for c in p.cases) / max(1, len(p.cases)) or 1.0
+            prior = PROFILE_CASE_S.get(p.name, PROFILE_CASE_S["default"])
             for c in p.cases:
-                k = f"{p.name}|{c}"
-                keys.append(k)
-                unit_of[k] = f"{p.name}|{impl_of.get(c, c)}"
-                weight[k] = w[c]
-        parts = shard_by_impl(keys, unit_of, weight, len(gpus))
+                u = (p.name, impl_of.get(c, c))
+                units.setdefault(u, []).append(f"{p.name}|{c}")
+                cost[f"{p.name}|{c}"] = seen[c] if c in seen else prior * est.get(c, mean) / mean
+                if c not in seen:
+                    setup[u] = PROFILE_SETUP_S
+        process_s = {p.name: PROFILE_PROCESS_S.get(p.name, PROFILE_PROCESS_S["default"])
+                     for p in passes}
+        per_gpu = shard_profilers(units, cost, len(gpus), process_s, setup)
         out = []
         for p in passes:
-            mine = [(g, [k.split("|", 1)[1] for k in part if k.split("|", 1)[0] == p.name])
-                    for g, part in zip(gpus, parts)]
-            mine = [(g, ids) for g, ids in mine if ids]
+            pos = {c: i for i, c in enumerate(p.cases)}
+            mine = [(g, sorted((k.split("|", 1)[1] for k in got.get(p.name, [])),
+                               key=pos.__getitem__))
+                    for g, got in zip(gpus, per_gpu) if got.get(p.name)]
             if len(mine) == 1:
                 out.append([(mine[0][0], mine[0][1], store.raw_dir(self.run_dir, p.name))])
             else:

@@ -409,6 +409,45 @@ def test_shard_by_impl_keeps_light_implementations_whole_and_splits_the_tail():
     assert shard_by_impl(ids, impl_of, heavy, 1) == [ids]  # one GPU: nothing to split
 
 
+def test_shard_profilers_deals_both_passes_onto_the_gpus_together():
+    from harness.executors.schedule import shard_profilers
+    # per-implementation seconds of flash.yaml's passes on an H200 (ncu: one case each)
+    ncu = {"naive": 8.3, "torch_compile": 5.6, "triton_flash": 4.4, "sdpa_efficient": 2.2,
+           "fused_mha": 1.9, "sdpa_flash": 1.7, "sdpa_cudnn": 0.9}
+    nsys = {"torch_compile": 8.0, "naive": 2.6, "sdpa_cudnn": 1.9, "fused_mha": 1.7,
+            "triton_flash": 0.7, "sdpa_efficient": 0.5, "sdpa_flash": 0.3}
+    units, cost = {}, {}
+    for name, table in (("ncu", ncu), ("nsys", nsys)):
+        for impl, sec in table.items():
+            cases = [f"{name}|{impl}.N={k}" for k in range(4)]
+            units[(name, impl)] = cases
+            cost.update(dict.fromkeys(cases, sec / 4))
+    proc = {"ncu": 4.5, "nsys": 6.5}
+    per_gpu = shard_profilers(units, cost, 2, proc)
+    for name, table in (("ncu", ncu), ("nsys", nsys)):  # every case once, an impl on one GPU
+        got = [c for g in per_gpu for c in g.get(name, [])]
+        assert sorted(got) == sorted(c for (p, _), ids in units.items() if p == name
+                                     for c in ids)
+        for impl in table:
+            assert sum(any(f"|{impl}." in c for c in g.get(name, [])) for g in per_gpu) == 1
+
+    def makespan(assign):
+        return max(sum(proc[p] + sum(cost[c] for c in ids) for p, ids in g.items())
+                   for g in assign)
+    both = makespan(per_gpu)
+    # each pass alone split over both GPUs, one after the other: two processes per pass
+    alone = sum(max(proc[p] + sum(table.values()) / 2, proc[p] + max(table.values()))
+                for p, table in (("ncu", ncu), ("nsys", nsys)))
+    assert both < alone and both <= 30.0, (both, alone)  # bound: all ncu on one GPU, 29.5 s
+    assert shard_profilers(units, cost, 1, proc)[0].keys() == {"ncu", "nsys"}
+    # a unit heavier than a GPU's fair share is cut (both GPUs take a piece)
+    heavy = {("nsys", "tc"): [f"nsys|tc.N={k}" for k in range(8)], ("ncu", "a"): ["ncu|a.N=0"]}
+    hc = {**dict.fromkeys(heavy[("nsys", "tc")], 5.0), "ncu|a.N=0": 1.0}
+    per_gpu = shard_profilers(heavy, hc, 2, proc)
+    assert all(g.get("nsys") for g in per_gpu)
+    assert sorted(c for g in per_gpu for c in g["nsys"]) == sorted(heavy[("nsys", "tc")])
+
+
 def test_profile_shards_weigh_cases_by_the_previous_runs_profiler_seconds(tmp_path):
     from harness.previous import previous_profile_s
     from run_factory import write_run
