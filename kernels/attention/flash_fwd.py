@@ -58,8 +58,8 @@ FWD_FIELDS = (*FIELDS, "TMA")
 # what a YAML config may force (harness variants): the values above plus tile sizes tl.dot takes
 _tuner = Tuner("attention.flash_fwd", FWD_FIELDS,
                configs=[*FWD_CONFIGS[128], *FWD_CONFIGS[64], *SMALL_D_CONFIGS, INTERPRETER_CONFIG],
-               values={"BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (16, 32, 64, 128),
-                       "num_warps": (2, 4, 8), "num_stages": range(1, 7), "TMA": (0, 1, 2)},
+               values={"BLOCK_M": (16, 32, 64, 128, 256), "BLOCK_N": (16, 32, 64, 128),
+                       "num_warps": (2, 4, 8, 16), "num_stages": range(1, 7), "TMA": (0, 1, 2)},
                rules=[Rule(("BLOCK_M", "BLOCK_N"), lambda m, n: m % n == 0,
                            "BLOCK_M % BLOCK_N == 0")])
 

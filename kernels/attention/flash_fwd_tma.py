@@ -57,8 +57,8 @@ FIELDS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
 _tuner = Tuner("attention.flash_fwd_tma", FIELDS,
                configs=[*TMA_CONFIGS[128], *TMA_CONFIGS[64], *SMALL_D_CONFIGS,
                         INTERPRETER_CONFIG],
-               values={"BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (16, 32, 64, 128),
-                       "num_warps": (2, 4, 8), "num_stages": range(1, 7)},
+               values={"BLOCK_M": (16, 32, 64, 128, 256), "BLOCK_N": (16, 32, 64, 128),
+                       "num_warps": (2, 4, 8, 16), "num_stages": range(1, 7)},
                rules=[Rule(("BLOCK_M", "BLOCK_N"), lambda m, n: m % n == 0,
                            "BLOCK_M % BLOCK_N == 0")])
 
