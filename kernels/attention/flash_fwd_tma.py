@@ -142,16 +142,17 @@ def unsupported(N: int, D: int) -> str | None:
 
 def tma_launcher(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                  lse: torch.Tensor, causal: bool):
-    """`launch(config, ws=False)`: the TMA forward of contiguous q, k, v (B, H, N, D) into o
-    and lse with config (BLOCK_M, BLOCK_N, num_warps, num_stages), the key loops
-    warp-specialized when `ws`; a tile that does not divide N is a ValueError.
-    flash_fwd.flash_forward uses it for its TMA=1 (ws off) and TMA=2 (ws on) candidates."""
+    """`launch(config, ws=False, maxnreg=None)`: the TMA forward of contiguous q, k, v
+    (B, H, N, D) into o and lse with config (BLOCK_M, BLOCK_N, num_warps, num_stages), the key
+    loops warp-specialized when `ws`, the registers per thread capped at `maxnreg`; a tile that
+    does not divide N is a ValueError. flash_fwd.flash_forward uses it for its TMA=1 (plain),
+    TMA=2 (ws) and TMA=3 (maxnreg 128) candidates."""
     B, H, N, D = q.shape
     qk_scale = LOG2E / math.sqrt(D)
     interp_bf16 = interp_bf16_flag(q.dtype)
     rows = [t.view(B * H * N, D) for t in (q, k, v, o)]
 
-    def launch(cfg, ws: bool = False):
+    def launch(cfg, ws: bool = False, maxnreg: int | None = None):
         bm, bn, warps, stages = cfg
         if bm % bn or N % bm:
             raise ValueError(f"config {tuple(cfg)}: BLOCK_M must divide N={N} and be a "
@@ -161,7 +162,7 @@ def tma_launcher(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Ten
         _flash_fwd_tma_kernel[(N // bm, B * H)](
             dq, dk, dv, do, lse, N, qk_scale, HEAD_DIM=D, BLOCK_M=bm, BLOCK_N=bn,
             CAUSAL=causal, INTERP_BF16=interp_bf16, WS=ws, num_warps=warps,
-            num_stages=stages)
+            num_stages=stages, **({"maxnreg": maxnreg} if maxnreg and not interpreted() else {}))
 
     return launch
 

@@ -212,9 +212,9 @@ def test_warp_specialized_tma_form_when_forced(causal):
     def spy(*a, **kw):
         launch = orig(*a, **kw)
 
-        def wrapped(cfg, ws=False):
+        def wrapped(cfg, ws=False, **kw):
             flags.append(ws)
-            return launch(cfg, ws=ws)
+            return launch(cfg, ws=ws, **kw)
 
         return wrapped
 
@@ -231,3 +231,36 @@ def test_warp_specialized_tma_form_when_forced(causal):
     with pytest.raises(ValueError, match=r"TMA=2, but .*got N=40"):
         q = torch.zeros(1, 1, 40, 16, dtype=torch.float16)
         flash_fwd.flash_forward(q, q, q, False, config=(32, 16, 4, 1, 2))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_register_capped_tma_form_when_forced(causal):
+    """TMA: 3 (the TMA kernel launched with maxnreg REG_CAP: two 8-warp programs per SM at
+    D=128) runs only when forced, asks for the cap (the interpreter ignores it) and passes the
+    check."""
+    from harness import tuning
+    from kernels.attention import flash_fwd, flash_fwd_tma
+
+    caps = []
+    orig = flash_fwd_tma.tma_launcher
+
+    def spy(*a, **kw):
+        launch = orig(*a, **kw)
+
+        def wrapped(cfg, ws=False, maxnreg=None):
+            caps.append(maxnreg)
+            return launch(cfg, ws=ws, maxnreg=maxnreg)
+
+        return wrapped
+
+    flash_fwd_tma.tma_launcher = spy
+    try:
+        with tuning.forcing({"attention.flash_fwd": {"TMA": 3}}), tuning.recording() as log:
+            res = check(OP, OP.get_impl("triton_flash"), _params(causal=causal, mode="fwd"),
+                        "float16", "cpu")
+    finally:
+        flash_fwd_tma.tma_launcher = orig
+    assert res.correct, res.error
+    assert caps and set(caps) == {flash_fwd.REG_CAP}
+    assert {c["TMA"] for c in log.configs().values()} == {3}
+    assert not flash_fwd.uses_tma((64, 64, 4, 3, 3))  # not in what is timed by default
