@@ -53,10 +53,11 @@ FIELDS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
 # never timed by default: on an H200 with triton 3.6 (run ...-tune-flash-fwd-ws-9c16, N=4096)
 # the 8-warp tiles ran 0.99-1.03x the same tiles without it, none reached the Tuner's pick, and
 # the 4-warp tiles failed to compile (PassManager::run failed) or, at 64x64 non-causal, wrote
-# NaN (the check caught it). TMA 3 is the TMA kernel with its registers capped at 128 per thread
-# (`maxnreg`): at (128, 64, 8, 2) and D=128 a triton 3.6 sm_90 build then takes 122-128
+# NaN (the check caught it). TMA 3 is the TMA kernel with its registers capped at REG_CAP per
+# thread (`maxnreg`): at (128, 64, 8, 2) and D=128 a triton 3.6 sm_90 build then takes 122-128
 # registers instead of 138-144, with no spill, so two 8-warp programs (96 KiB of shared memory
-# each) fit on an SM instead of one; only forced (experiments/tune/flash_fwd_regs.yaml).
+# each) fit on an SM instead of one; timed with the TMA configs where N allows
+# (flash_fwd_tma.CAPPED_CONFIGS; experiments/tune/flash_fwd_regs.yaml).
 REG_CAP = 128
 FWD_FIELDS = (*FIELDS, "TMA")
 # what a YAML config may force (harness variants): the values above plus tile sizes tl.dot takes
@@ -218,9 +219,9 @@ def configs_for(D: int) -> list[tuple[int, int, int, int]]:
 
 
 def uses_tma(cfg: tuple) -> bool:
-    """A (..., TMA) candidate of the folded Tuners is the TMA form (what they time by default
-    where N allows it)."""
-    return cfg[-1] == 1
+    """A (..., TMA) candidate of the folded Tuners is a TMA form they time by default where N
+    allows it: the plain TMA kernel (1) or the register-capped one (3, the forward's only)."""
+    return cfg[-1] in (1, 3)
 
 
 def interp_bf16_flag(dtype: torch.dtype) -> bool:
@@ -269,6 +270,7 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
         cands = [(*c, 0) for c in configs_for(D)]
         if tma_ok:
             cands += [(*c, 1) for c in flash_fwd_tma.configs_for(D, N)]
+            cands += [(*c, 3) for c in flash_fwd_tma.capped_configs_for(D, N)]
         config = _tuner.pick(("fwd", B, H, N, D, causal, q.dtype), cands, launch,
                              timed=uses_tma)
     elif len(config) == 4:

@@ -236,8 +236,8 @@ def test_warp_specialized_tma_form_when_forced(causal):
 @pytest.mark.parametrize("causal", [False, True])
 def test_register_capped_tma_form_when_forced(causal):
     """TMA: 3 (the TMA kernel launched with maxnreg REG_CAP: two 8-warp programs per SM at
-    D=128) runs only when forced, asks for the cap (the interpreter ignores it) and passes the
-    check."""
+    D=128) asks for the cap (the interpreter ignores it) and passes the check; on a GPU its
+    configs join the timed TMA candidates at D=128 where N allows them."""
     from harness import tuning
     from kernels.attention import flash_fwd, flash_fwd_tma
 
@@ -263,4 +263,14 @@ def test_register_capped_tma_form_when_forced(causal):
     assert res.correct, res.error
     assert caps and set(caps) == {flash_fwd.REG_CAP}
     assert {c["TMA"] for c in log.configs().values()} == {3}
-    assert not flash_fwd.uses_tma((64, 64, 4, 3, 3))  # not in what is timed by default
+    assert flash_fwd.uses_tma((128, 64, 8, 2, 3)) and not flash_fwd.uses_tma((128, 64, 8, 2, 2))
+    assert flash_fwd_tma.capped_configs_for(128, 4096) == []  # the interpreter: nothing to cap
+
+
+def test_register_capped_candidates_on_a_gpu(monkeypatch):
+    from kernels.attention import flash_fwd_tma
+
+    monkeypatch.setattr(flash_fwd_tma, "interpreted", lambda: False)
+    assert flash_fwd_tma.capped_configs_for(128, 4096) == [(128, 64, 8, 2)]
+    assert flash_fwd_tma.capped_configs_for(128, 4160) == []  # 128 does not divide N
+    assert flash_fwd_tma.capped_configs_for(64, 4096) == []
