@@ -53,12 +53,12 @@ FIELDS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
 # never timed by default: on an H200 with triton 3.6 (run ...-tune-flash-fwd-ws-9c16, N=4096)
 # the 8-warp tiles ran 0.99-1.03x the same tiles without it, none reached the Tuner's pick, and
 # the 4-warp tiles failed to compile (PassManager::run failed) or, at 64x64 non-causal, wrote
-# NaN (the check caught it). TMA 3 is the TMA kernel with its registers capped at REG_CAP per
-# thread (`maxnreg`): at (128, 64, 8, 2) and D=128 a triton 3.6 sm_90 build then takes 122-128
-# registers instead of 138-144, with no spill, so two 8-warp programs (96 KiB of shared memory
-# each) fit on an SM instead of one; timed with the TMA configs where N allows
-# (flash_fwd_tma.CAPPED_CONFIGS; experiments/tune/flash_fwd_regs.yaml).
-REG_CAP = 128
+# NaN (the check caught it). TMA 3 is the TMA kernel launched with its registers per thread
+# capped (`maxnreg`, flash_fwd_tma.reg_cap) so that one more program fits on an SM: at
+# (128, 64, 8, 2) and D=128 a triton 3.6 sm_90 build then takes 122 registers instead of 138,
+# with no spill, and two 8-warp programs (96 KiB of shared memory each) share an SM instead of
+# one; timed with the TMA configs where N allows (flash_fwd_tma.CAPPED_CONFIGS;
+# experiments/tune/flash_fwd_regs.yaml).
 FWD_FIELDS = (*FIELDS, "TMA")
 # what a YAML config may force (harness variants): the values above plus tile sizes tl.dot takes
 _tuner = Tuner("attention.flash_fwd", FWD_FIELDS,
@@ -236,7 +236,7 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
 
     `config` = (BLOCK_M, BLOCK_N, num_warps, num_stages[, TMA]) forces one launch
     configuration (TMA 0, the default: pointer loads; 1: the TMA kernel; 2: the TMA kernel
-    with warp-specialized key loops; 3: the TMA kernel with REG_CAP registers per thread);
+    with warp-specialized key loops; 3: the TMA kernel with its registers capped);
     otherwise the Tuner
     picks per (B, H, N, D, causal, dtype) among the TMA configs where N allows them, else among
     the pointer ones.
@@ -260,7 +260,7 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
                 raise ValueError(f"config {tuple(cfg)}: TMA={tma}, but "
                                  f"{flash_fwd_tma.unsupported(N, D)}")
             return launch_tma((bm, bn, warps, stages), ws=tma == 2,
-                              maxnreg=REG_CAP if tma == 3 else None)
+                              maxnreg=flash_fwd_tma.reg_cap(D, cfg) if tma == 3 else None)
         grid = (triton.cdiv(N, bm), B * H)
         _flash_fwd_kernel[grid](q, k, v, o, lse, N, qk_scale, HEAD_DIM=D, BLOCK_M=bm,
                                 BLOCK_N=bn, CAUSAL=causal, INTERP_BF16=interp_bf16, num_warps=warps,

@@ -235,8 +235,8 @@ def test_warp_specialized_tma_form_when_forced(causal):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_register_capped_tma_form_when_forced(causal):
-    """TMA: 3 (the TMA kernel launched with maxnreg REG_CAP: two 8-warp programs per SM at
-    D=128) asks for the cap (the interpreter ignores it) and passes the check; on a GPU its
+    """TMA: 3 (the TMA kernel launched with a register cap, `maxnreg`: e.g. two 8-warp programs
+    per SM at D=128) asks for the cap (the interpreter ignores it) and passes the check; on a GPU its
     configs join the timed TMA candidates at D=128 where N allows them."""
     from harness import tuning
     from kernels.attention import flash_fwd, flash_fwd_tma
@@ -261,7 +261,7 @@ def test_register_capped_tma_form_when_forced(causal):
     finally:
         flash_fwd_tma.tma_launcher = orig
     assert res.correct, res.error
-    assert caps and set(caps) == {flash_fwd.REG_CAP}
+    assert caps and set(caps) == {flash_fwd_tma.REG_CAP_DEFAULT}  # the interpreter's tile
     assert {c["TMA"] for c in log.configs().values()} == {3}
     assert flash_fwd.uses_tma((128, 64, 8, 2, 3)) and not flash_fwd.uses_tma((128, 64, 8, 2, 2))
     assert flash_fwd_tma.capped_configs_for(128, 4096) == []  # the interpreter: nothing to cap
@@ -273,4 +273,6 @@ def test_register_capped_candidates_on_a_gpu(monkeypatch):
     monkeypatch.setattr(flash_fwd_tma, "interpreted", lambda: False)
     assert flash_fwd_tma.capped_configs_for(128, 4096) == [(128, 64, 8, 2)]
     assert flash_fwd_tma.capped_configs_for(128, 4160) == []  # 128 does not divide N
-    assert flash_fwd_tma.capped_configs_for(64, 4096) == []
+    assert flash_fwd_tma.capped_configs_for(64, 4160) == [(64, 64, 4, 2)]
+    assert flash_fwd_tma.reg_cap(128, (128, 64, 8, 2, 3)) == 128
+    assert flash_fwd_tma.reg_cap(64, (64, 64, 4, 2)) == 96
