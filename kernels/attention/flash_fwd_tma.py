@@ -54,16 +54,20 @@ SMALL_D_CONFIGS = [(64, 32, 4, 3), (64, 64, 4, 3), (32, 32, 4, 2)]  # D = 16, 32
 INTERPRETER_CONFIG = (32, 16, 4, 1)  # CPU tests: several query and key tiles per head
 # launched with a register cap (triton_flash's TMA: 3, `maxnreg`): {config: registers per
 # thread}, each cap the one that fits one more program on an SM without a spill in a triton 3.6
-# sm_90 build (registers, then shared memory, limit the programs per SM). On an H200 (run
-# ...-tune-flash-fwd-regs-8f2a) D=128's (128, 64, 8, 2) capped ran 1.15-1.37x its uncapped twin
-# and 0.98-1.06x the uncapped picks at non-causal N >= 4096 (0.92-0.94x causal N=4096): a
-# candidate the Tuner takes where it wins (N=16384 non-causal in run ...-9dcc)
-CAPPED_CONFIGS = {
+# sm_90 build (registers, then shared memory, limit the programs per SM). On an H200: D=128's
+# (128, 64, 8, 2) capped ran 1.15-1.37x its uncapped twin and 0.98-1.06x the uncapped picks at
+# non-causal N >= 4096 (run ...-tune-flash-fwd-regs-8f2a; the Tuner takes it at N=4096 or
+# N=16384 non-causal); D=64's (128, 128, 8, 2) capped 1.34-1.46x its twin and 0.95-1.06x the
+# pick (...-tune-flash-fwd-regs-d64-816c). Capping (128, 64, 4, 3) at 168 (3 programs of 4 warps)
+# or (64, 64, 4, 2) at 96 (5 programs) measured 0.97-1.05x the uncapped tiles: forceable
+# (experiments/tune/flash_fwd_regs_d64.yaml), not timed by default.
+REG_CAPS = {
     128: {(128, 64, 8, 2): 128},    # 122 registers: 2 programs of 8 warps (1 uncapped)
-    64: {(128, 64, 4, 3): 168,      # 166: 3 programs of 4 warps (2 uncapped)
-         (128, 128, 8, 2): 128,     # 124: 2 programs of 8 warps (1 uncapped)
+    64: {(128, 128, 8, 2): 128,     # 124: 2 programs of 8 warps (1 uncapped)
+         (128, 64, 4, 3): 168,      # 166: 3 programs of 4 warps (2 uncapped)
          (64, 64, 4, 2): 96},       # 90: 5 programs of 4 warps (4 uncapped)
 }
+CAPPED_CONFIGS = {128: [(128, 64, 8, 2)], 64: [(128, 128, 8, 2)]}  # timed with the TMA configs
 REG_CAP_DEFAULT = 128  # a forced TMA: 3 config the table does not name
 
 FIELDS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
@@ -146,13 +150,13 @@ def capped_configs_for(D: int, N: int) -> list[tuple[int, int, int, int]]:
     CPU interpreter, which has no registers to cap)."""
     if interpreted():
         return []
-    return [c for c in CAPPED_CONFIGS.get(D, {}) if N % c[0] == 0]
+    return [c for c in CAPPED_CONFIGS.get(D, []) if N % c[0] == 0]
 
 
 def reg_cap(D: int, config: tuple) -> int:
     """The registers per thread a TMA: 3 launch of `config` (BLOCK_M, BLOCK_N, num_warps,
     num_stages) is capped at."""
-    return CAPPED_CONFIGS.get(D, {}).get(tuple(config[:4]), REG_CAP_DEFAULT)
+    return REG_CAPS.get(D, {}).get(tuple(config[:4]), REG_CAP_DEFAULT)
 
 
 def unsupported(N: int, D: int) -> str | None:

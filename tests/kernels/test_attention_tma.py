@@ -273,6 +273,7 @@ def test_register_capped_candidates_on_a_gpu(monkeypatch):
     monkeypatch.setattr(flash_fwd_tma, "interpreted", lambda: False)
     assert flash_fwd_tma.capped_configs_for(128, 4096) == [(128, 64, 8, 2)]
     assert flash_fwd_tma.capped_configs_for(128, 4160) == []  # 128 does not divide N
-    assert flash_fwd_tma.capped_configs_for(64, 4160) == [(64, 64, 4, 2)]
+    assert flash_fwd_tma.capped_configs_for(64, 4096) == [(128, 128, 8, 2)]
     assert flash_fwd_tma.reg_cap(128, (128, 64, 8, 2, 3)) == 128
-    assert flash_fwd_tma.reg_cap(64, (64, 64, 4, 2)) == 96
+    assert flash_fwd_tma.reg_cap(64, (64, 64, 4, 2)) == 96  # forceable, not timed
+    assert flash_fwd_tma.reg_cap(64, (64, 32, 4, 2)) == flash_fwd_tma.REG_CAP_DEFAULT
