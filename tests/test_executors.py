@@ -541,7 +541,6 @@ def test_profiler_pass_shards_implementations_over_gpus_and_merges(tmp_path, tes
                                                                    monkeypatch):
     """One profiler process per GPU, each with whole implementations, its own raw/<prof>/gpu<i>/
     and part file; the metrics of both land in the run's table."""
-    import pandas as pd
     from rich.progress import Progress
 
     from harness.profilers import base
