@@ -299,3 +299,36 @@ def test_cases_compiled_by_the_previous_run_on_this_host_are_not_warmed_again(tm
     assert compiled_before(new, impl_of, op) == set()
     store.update_manifest(new, env={**env, "hostname": "elsewhere"})
     assert compiled_before(new, impl_of, op) == set()
+
+
+def test_ray_tasks_compile_their_jit_cases_ahead_on_a_gpu(tmp_path, test_ops, monkeypatch):
+    """Ray runs get compile-ahead too, inside each task: the driver picks the unchecked cases
+    of JIT-compiling impls (less those this host compiled for the previous run, with
+    `--ray local` only), a task warms its share of them on its GPU before its shard, and the
+    driver records what the tasks did; nothing on a CPU run or with compile_ahead off."""
+    from harness.executors import ray_exec, warm
+    from harness.executors.ray_exec import RayExecutor
+
+    run, ids = _run_dir(tmp_path, ["warm_tuned", "zeros"])
+    ex = object.__new__(RayExecutor)  # no Ray needed to choose the cases
+    ex.address, ex.hosts, ex.gpus = "local", set(), set()
+    ex.warmed = {"workers": 0, "cases": 0, "wall_s": 0.0}
+    tuned = [c for c in ids if c.startswith("warm_tuned.")]
+    assert ex.warm_ids(run, ids, "cuda") == tuned  # zeros and the torch baseline: eager
+    assert ex.warm_ids(run, ids, "cpu") == []
+    seen = []
+    monkeypatch.setattr(warm, "compile_ahead", lambda run_dir, case_ids, **kw: seen.append(
+        (case_ids, kw["gpus"], sorted(kw["units"]))) or {"workers": 1, "cases": len(case_ids),
+                                                          "wall_s": 2.5})
+    assert ray_exec._warm(run, tuned, "cuda", {}) == {"workers": 1, "cases": 2, "wall_s": 2.5}
+    assert seen == [(tuned, [None], sorted(tuned))]  # the task's own GPU (Ray pinned it)
+    assert ray_exec._warm(run, tuned, "cpu", {})["workers"] == 0 and len(seen) == 1
+    assert ray_exec._warm(run, [], "cuda", {})["workers"] == 0 and len(seen) == 1
+    for out in ({"workers": 1, "cases": 2, "wall_s": 2.5}, {"workers": 2, "cases": 3,
+                                                           "wall_s": 4.0}):
+        ex._gather(run, {"host": "h", "gpu": 0, "records": {"check": [], "time": []},
+                         "warm": out, "log": ""}, run / "ray.log", lambda ev: None)
+    assert store.load_manifest(run)["compile_ahead"] == {"workers": 3, "cases": 5,
+                                                        "wall_s": 4.0, "in_tasks": True}
+    off, off_ids = _run_dir(tmp_path / "off", ["warm_tuned"], extra={"compile_ahead": False})
+    assert ex.warm_ids(off, off_ids, "cuda") == []

@@ -3,7 +3,9 @@
 `--ray local` starts a Ray instance on this machine (`ray.init()`); `--ray ADDRESS` joins a
 cluster (`ray.init(address=ADDRESS)`, code shipped with `runtime_env.working_dir`). The cases
 are sharded longest-first onto the cluster's slots (its GPUs for a CUDA run, `num_gpus=1` per
-task; its CPUs for a CPU smoke run). Each task copies the run's manifest, cases and check
+task; its CPUs for a CPU smoke run). On a GPU a task first compiles its JIT-compiling cases
+ahead (harness.executors.warm, a few processes on its GPU) unless, with `--ray local`, the
+previous run on this host compiled them with the same code. Each task copies the run's manifest, cases and check
 records into a node-local temporary run directory, runs `process.run_shard` there (the same
 worker, watchdog and crash handling as the local executor), and returns its part records,
 host and GPU; the driver appends them to parts/<pass>.ray.jsonl. A task lost with its node
@@ -36,9 +38,24 @@ def _ray():
     return ray
 
 
+def _warm(run_dir: Path, warm: list[str], device: str, limits: dict[str, float]) -> dict:
+    """Compile-ahead inside a task (harness.executors.warm): its JIT-compiling cases `warm`
+    called once by a few processes on the task's GPU, so that its check pass finds the node's
+    kernel caches warm. Best effort; {"workers": 0, ...} when there is nothing to do."""
+    from harness.executors.warm import compile_ahead, compile_units
+    from harness.registry import get_op
+
+    if device != "cuda" or not warm:
+        return {"workers": 0, "cases": 0, "wall_s": 0.0}
+    op = get_op(store.load_manifest(run_dir)["experiment"]["op"])
+    return compile_ahead(run_dir, warm, device=device, limits=limits, gpus=[None],
+                         on_event=lambda ev: None, units=compile_units(run_dir, op, warm))
+
+
 def _task(files: dict[str, bytes], case_ids: list[str], device: str,
-          limits: dict[str, float]) -> dict:
-    """Runs on a Ray worker: a node-local run dir, the usual shard loop, records back."""
+          limits: dict[str, float], warm: list[str] | None = None) -> dict:
+    """Runs on a Ray worker: a node-local run dir, compile-ahead of `warm`, the usual shard
+    loop, records back."""
     from harness.executors.process import run_shard
 
     gpu = None
@@ -58,11 +75,12 @@ def _task(files: dict[str, bytes], case_ids: list[str], device: str,
         env = None
         if gpu is not None:  # Ray already set CUDA_VISIBLE_DEVICES for the task
             env = {**worker_env(device), "HARNESS_GPU": str(gpu)}
+        warmed = _warm(run_dir, list(warm or []), device, limits)
         run_shard(run_dir, case_ids, device=device, limits=limits, log_path=log,
                   on_event=lambda ev: None, env=env)
         records = {p: [r for r in store.read_parts(run_dir, p) if r["case_id"] in case_ids]
                    for p in MEASURE_PASSES}
-        return {"host": socket.gethostname(), "gpu": gpu, "records": records,
+        return {"host": socket.gethostname(), "gpu": gpu, "records": records, "warm": warmed,
                 "picks": store.load_tuner_picks(run_dir),
                 "log": log.read_text(errors="replace")[-20000:]}
 
@@ -75,6 +93,7 @@ class RayExecutor(Executor):
         self.ray = _ray()
         self.hosts: set[str] = set()
         self.gpus: set[int] = set()
+        self.warmed = {"workers": 0, "cases": 0, "wall_s": 0.0}  # compile-ahead in the tasks
 
     def describe(self) -> dict:
         return {"kind": self.kind, "address": self.address, "gpus": sorted(self.gpus),
@@ -112,13 +131,15 @@ class RayExecutor(Executor):
         opts = {"num_gpus": 1, "num_cpus": 1} if device == "cuda" else {"num_cpus": 1}
         remote = ray.remote(max_retries=0, **opts)(_task)
         log = store.raw_dir(run_dir, "logs") / "measure.ray.log"
+        warm = set(self.warm_ids(run_dir, case_ids, device))
         for _ in range(MAX_ROUNDS):
             left = [c for c in case_ids if any(c in todo(run_dir, p, [c])
                                                 for p in MEASURE_PASSES)]
             if not left:
                 return
             files = self._files(run_dir)
-            pending = {remote.remote(files, ids, device, limits): ids
+            pending = {remote.remote(files, ids, device, limits,
+                                     [c for c in ids if c in warm]): ids
                        for ids in shard(left, cost, min(self.slots(device), len(left)),
                                        store.shapes(run_dir)) if ids}
             for ids in pending.values():
@@ -141,6 +162,22 @@ class RayExecutor(Executor):
             raise HarnessError(f"--ray: cases still without results after {MAX_ROUNDS} rounds "
                                f"of tasks; see {log}")
 
+    def warm_ids(self, run_dir: Path, case_ids: list[str], device: str) -> list[str]:
+        """The cases the tasks compile ahead (timing.compile_ahead, a GPU run): the unchecked
+        cases of implementations that JIT-compile, less, with `--ray local` (this host's
+        caches), those the previous run here compiled with the same code."""
+        from harness import spec
+        from harness.executors.warm import warm_cases
+        from harness.registry import get_op
+
+        m = store.load_manifest(run_dir)
+        exp = spec.Experiment.model_validate(m["experiment"])
+        if device != "cuda" or not exp.timing.compile_ahead:
+            return []
+        ids, _ = warm_cases(run_dir, get_op(exp.op), todo(run_dir, "check", case_ids),
+                            this_host=self.address == "local")
+        return ids
+
     def _files(self, run_dir: Path) -> dict[str, bytes]:
         files = {name: (run_dir / name).read_bytes()
                  for name in (store.MANIFEST, "cases.parquet")}
@@ -155,6 +192,12 @@ class RayExecutor(Executor):
 
     def _gather(self, run_dir: Path, out: dict, log: Path, on_event) -> None:
         self.hosts.add(out["host"])
+        w = out.get("warm") or {}
+        if w.get("workers"):  # tasks compile side by side: the longest is the span
+            self.warmed = {"workers": self.warmed["workers"] + w["workers"],
+                           "cases": self.warmed["cases"] + w["cases"],
+                           "wall_s": max(self.warmed["wall_s"], w["wall_s"])}
+            store.update_manifest(run_dir, compile_ahead={**self.warmed, "in_tasks": True})
         if out["gpu"] is not None:
             self.gpus.add(out["gpu"])
         with open(log, "a") as f:

@@ -99,14 +99,16 @@ def compile_units(run_dir: Path, op, case_ids: list[str]) -> dict[str, tuple[obj
     return out
 
 
-def warm_cases(run_dir: Path, op, check_ids: list[str]) -> tuple[list[str], int]:
+def warm_cases(run_dir: Path, op, check_ids: list[str],
+               this_host: bool = True) -> tuple[list[str], int]:
     """The check-pass cases worth compiling ahead, in check order: those of implementations that
     JIT-compile (WARM_BACKENDS), less the ones this host already compiled for the previous run
-    of the same code (harness.previous.compiled_before); and how many of those were left out."""
+    of the same code (harness.previous.compiled_before; not when the cases run on other hosts,
+    `this_host` False); and how many of those were left out."""
     from harness.previous import compiled_before
     from harness.worker import WARM_BACKENDS, _registered_impl
 
     base = {r.case_id: _registered_impl(r) for r in store.load_cases(run_dir).itertuples()}
     ids = [c for c in check_ids if _backend(op, base.get(c)) in WARM_BACKENDS]
-    cached = compiled_before(run_dir, {c: base[c] for c in ids}, op)
+    cached = compiled_before(run_dir, {c: base[c] for c in ids}, op) if this_host else set()
     return [c for c in ids if c not in cached], len(cached)
