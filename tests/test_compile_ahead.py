@@ -289,7 +289,8 @@ def test_cases_compiled_by_the_previous_run_on_this_host_are_not_warmed_again(tm
     # a run with other folders in between (a cold-cache run) leaves these folders as they were
     time.sleep(1.1)
     between, _ = _run_dir(tmp_path, ["warm_tuned"])
-    store.update_manifest(between, env=env, kernel_caches={"triton": "/elsewhere", "inductor": "/x"})
+    store.update_manifest(between, env=env,
+                          kernel_caches={"triton": "/elsewhere", "inductor": "/x"})
     store.write_table(between, "results", pd.DataFrame({"case_id": tuned, "code_hash": [h, h]}))
     time.sleep(1.1)
     newest, _ = _run_dir(tmp_path, ["warm_tuned"])

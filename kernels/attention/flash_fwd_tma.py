@@ -21,11 +21,11 @@ Tried and dropped: FA3's overlap of the softmax with the next key tile's Q K^T, 
 (the loop peeled so that tile j+1's scores are issued before tile j's exponentials, one more
 score tile live). Built for sm_90 with triton 3.6 (the GPU box's) and 3.9, the PTX waits for
 that dot at once (`wgmma.commit_group` then `wgmma.wait_group 0` before the first `ex2`): Triton
-keeps a wgmma in flight across other work only for a loop-carried accumulator chain (here the
-P V dot, which already overlaps the next tile's K load and Q K^T issue), so the peeled form
-only added registers (138 -> 174 at (128, 64, 8, 3), D=128, in a 3.9 build) and code. Expressing the overlap
-needs explicit async MMAs and waits (Gluon's warpgroup_mma / warpgroup_mma_wait) or Triton's
-warp specialization (TMA: 2 in flash_fwd.py: no gain on an H200).
+keeps a wgmma in flight across other work only for a loop-carried accumulator chain (here the P
+V dot, which already overlaps the next tile's K load and Q K^T issue), so the peeled form only
+added registers (138 -> 174 at (128, 64, 8, 3), D=128, in a 3.9 build) and code. Expressing the
+overlap needs explicit async MMAs and waits (Gluon's warpgroup_mma / warpgroup_mma_wait) or
+Triton's warp specialization (TMA: 2 in flash_fwd.py: no gain on an H200).
 """
 from __future__ import annotations
 

@@ -235,9 +235,9 @@ def test_warp_specialized_tma_form_when_forced(causal):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_register_capped_tma_form_when_forced(causal):
-    """TMA: 3 (the TMA kernel launched with a register cap, `maxnreg`: e.g. two 8-warp programs
-    per SM at D=128) asks for the cap (the interpreter ignores it) and passes the check; on a GPU its
-    configs join the timed TMA candidates at D=128 where N allows them."""
+    """TMA: 3 (the TMA kernel launched with a register cap, `maxnreg`: e.g. two 8-warp
+    programs per SM at D=128) asks for the cap (the interpreter ignores it) and passes the
+    check; on a GPU its configs join the timed TMA candidates where N allows them."""
     from harness import tuning
     from kernels.attention import flash_fwd, flash_fwd_tma
 
