@@ -199,34 +199,41 @@ def test_default_impl_tma_on_ragged_n_is_a_clear_error():
         flash_fwd.flash_forward(q, q, q, False, config=(32, 16, 4, 1, 1))
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_warp_specialized_tma_form_when_forced(causal):
-    """TMA: 2 (the TMA kernel with warp-specialized key loops) runs only when forced, reaches
-    the kernel's WS flag, and passes the check; the Tuner never times it by default."""
+def _forced_tma_form(tma: int, causal: bool, monkeypatch):
+    """triton_flash's forward checked with `TMA: tma` forced: (the check's result, the keyword
+    arguments of every TMA launch, the TMA values the Tuner recorded)."""
     from harness import tuning
-    from kernels.attention import flash_fwd, flash_fwd_tma
+    from kernels.attention import flash_fwd_tma
 
-    flags = []
+    calls = []
     orig = flash_fwd_tma.tma_launcher
 
     def spy(*a, **kw):
         launch = orig(*a, **kw)
 
-        def wrapped(cfg, ws=False, **kw):
-            flags.append(ws)
-            return launch(cfg, ws=ws, **kw)
+        def wrapped(cfg, ws=False, maxnreg=None):
+            calls.append({"ws": ws, "maxnreg": maxnreg})
+            return launch(cfg, ws=ws, maxnreg=maxnreg)
 
         return wrapped
 
-    flash_fwd_tma.tma_launcher = spy
-    try:
-        with tuning.forcing({"attention.flash_fwd": {"TMA": 2}}), tuning.recording() as log:
-            res = check(OP, OP.get_impl("triton_flash"), _params(causal=causal, mode="fwd"),
-                        "float16", "cpu")
-    finally:
-        flash_fwd_tma.tma_launcher = orig
+    monkeypatch.setattr(flash_fwd_tma, "tma_launcher", spy)
+    with tuning.forcing({"attention.flash_fwd": {"TMA": tma}}), tuning.recording() as log:
+        res = check(OP, OP.get_impl("triton_flash"), _params(causal=causal, mode="fwd"),
+                    "float16", "cpu")
+    return res, calls, {c["TMA"] for c in log.configs().values()}
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_warp_specialized_tma_form_when_forced(causal, monkeypatch):
+    """TMA: 2 (the TMA kernel with warp-specialized key loops) runs only when forced, reaches
+    the kernel's WS flag, and passes the check; the Tuner never times it by default."""
+    from kernels.attention import flash_fwd
+
+    res, calls, tmas = _forced_tma_form(2, causal, monkeypatch)
+    flags = [c["ws"] for c in calls]
     assert res.correct, res.error
-    assert flags and all(flags) and {c["TMA"] for c in log.configs().values()} == {2}
+    assert flags and all(flags) and tmas == {2}
     assert not flash_fwd.uses_tma((64, 64, 4, 3, 2))  # not in what is timed by default
     with pytest.raises(ValueError, match=r"TMA=2, but .*got N=40"):
         q = torch.zeros(1, 1, 40, 16, dtype=torch.float16)
@@ -234,35 +241,17 @@ def test_warp_specialized_tma_form_when_forced(causal):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_register_capped_tma_form_when_forced(causal):
+def test_register_capped_tma_form_when_forced(causal, monkeypatch):
     """TMA: 3 (the TMA kernel launched with a register cap, `maxnreg`: e.g. two 8-warp
     programs per SM at D=128) asks for the cap (the interpreter ignores it) and passes the
     check; on a GPU its configs join the timed TMA candidates where N allows them."""
-    from harness import tuning
     from kernels.attention import flash_fwd, flash_fwd_tma
 
-    caps = []
-    orig = flash_fwd_tma.tma_launcher
-
-    def spy(*a, **kw):
-        launch = orig(*a, **kw)
-
-        def wrapped(cfg, ws=False, maxnreg=None):
-            caps.append(maxnreg)
-            return launch(cfg, ws=ws, maxnreg=maxnreg)
-
-        return wrapped
-
-    flash_fwd_tma.tma_launcher = spy
-    try:
-        with tuning.forcing({"attention.flash_fwd": {"TMA": 3}}), tuning.recording() as log:
-            res = check(OP, OP.get_impl("triton_flash"), _params(causal=causal, mode="fwd"),
-                        "float16", "cpu")
-    finally:
-        flash_fwd_tma.tma_launcher = orig
+    res, calls, tmas = _forced_tma_form(3, causal, monkeypatch)
+    caps = [c["maxnreg"] for c in calls]
     assert res.correct, res.error
     assert caps and set(caps) == {flash_fwd_tma.REG_CAP_DEFAULT}  # the interpreter's tile
-    assert {c["TMA"] for c in log.configs().values()} == {3}
+    assert tmas == {3}
     assert flash_fwd.uses_tma((128, 64, 8, 2, 3)) and not flash_fwd.uses_tma((128, 64, 8, 2, 2))
     assert flash_fwd_tma.capped_configs_for(128, 4096) == []  # the interpreter: nothing to cap
 
