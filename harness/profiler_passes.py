@@ -268,33 +268,34 @@ class ProfilerPasses:
         out = []
         for p in passes:
             pos = {c: i for i, c in enumerate(p.cases)}
-            mine = [(g, sorted((k.split("|", 1)[1] for k in got.get(p.name, [])),
-                               key=pos.__getitem__))
-                    for g, got in zip(gpus, per_gpu) if got.get(p.name)]
-            if len(mine) == 1:
-                out.append([(mine[0][0], mine[0][1], store.raw_dir(self.run_dir, p.name))])
-            else:
-                out.append([(g, ids, store.raw_dir(self.run_dir, p.name, f"gpu{g}"))
-                            for g, ids in mine])
+            out.append(self._with_dirs(p.name, [
+                (g, sorted((k.split("|", 1)[1] for k in got.get(p.name, [])),
+                           key=pos.__getitem__)) for g, got in zip(gpus, per_gpu)]))
         return out
 
+    def _with_dirs(self, prof_name: str, parts: list[tuple]) -> list[tuple]:
+        """(gpu, case ids) per process, empty ones dropped -> (gpu, case ids, out dir): one
+        process writes raw/<prof>/ (as on one GPU), several raw/<prof>/gpu<i>/ each."""
+        parts = [(g, ids) for g, ids in parts if ids]
+        if len(parts) == 1:
+            return [(*parts[0], store.raw_dir(self.run_dir, prof_name))]
+        return [(g, ids, store.raw_dir(self.run_dir, prof_name, f"gpu{g}")) for g, ids in parts]
+
     def _profile_shards(self, prof_name: str, cases: list[str]) -> list[tuple]:
-        """(gpu, case ids, out dir) per profiler process: one on one GPU (raw/<prof>/), else an
+        """(gpu, case ids, out dir) per profiler process: one on one GPU, else an
         implementation's cases together on one GPU (an implementation heavier than a GPU's
-        fair share split over several), each GPU writing raw/<prof>/gpu<i>/. A case weighs
-        what it took under this profiler in the previous run, else its estimated cost."""
-        out_dir = store.raw_dir(self.run_dir, prof_name)
+        fair share split over several), out dirs as _with_dirs. A case weighs what it took
+        under this profiler in the previous run, else its estimated cost."""
         gpus = self.executor.profiler_gpus()
         if len(gpus) <= 1 or len(cases) <= 1:
-            return [(gpus[0] if gpus else None, cases, out_dir)]
+            return self._with_dirs(prof_name, [(gpus[0] if gpus else None, cases)])
         frame = store.load_cases(self.run_dir)
         impl_of = dict(zip(frame.case_id, frame.impl))
         _, cost, _ = self.plan()
         seen = previous_profile_s(self.run_dir, prof_name)
         weight = {c: seen[c] if c in seen else cost.get(c, 0.0) for c in cases}
         parts = shard_by_impl(cases, impl_of, weight, len(gpus))
-        return [(g, ids, store.raw_dir(self.run_dir, prof_name, f"gpu{g}"))
-                for g, ids in zip(gpus, parts) if ids]
+        return self._with_dirs(prof_name, list(zip(gpus, parts)))
 
     def _write_torch_profiler_kernels(self, out_dir: Path, ids: list[str]) -> None:
         from harness.profilers.torch_profiler import KERNELS_FILE
