@@ -45,17 +45,35 @@ def _resources(cubin: bytes) -> tuple[int, int]:
     return int(regs.group(1)), int(stack.group(1))
 
 
-def compile_cost(fn, signature: dict, consts: dict, aligned, warps: int, stages: int,
-                 capability: int = 90) -> Cost:
-    """Compile `fn` (signature: arg -> type or "constexpr"; `aligned`: args the launch marks
-    divisible by 16, as Triton does for 16-aligned pointers and multiples of 16)."""
-    attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in aligned}
-    src = ASTSource(fn=fn, signature=signature, constexprs=consts, attrs=attrs)
-    k = triton_compile(src, target=GPUTarget("cuda", capability, 32),
-                       options={"num_warps": warps, "num_stages": stages})
+def _cost(k) -> Cost:
     regs, stack = _resources(k.asm["cubin"])
     ptx = k.asm["ptx"]
     return Cost(regs, stack, int(k.metadata.shared), ptx.count("wgmma.mma_async"),
                 len(re.findall(r"(?:ld|st)\.global[^\n]*\.v4\.b32", ptx)),
                 len(re.findall(r"cp\.async\.c[ag]\.shared", ptx)),
                 ptx.count("cp.async.bulk.tensor"))
+
+
+def compile_gluon_cost(fn, signature: dict, consts: dict, warps: int,
+                       capability: int = 90) -> Cost:
+    """Compile the Gluon kernel `fn` (signature: arg -> type, "constexpr", or a host-side
+    Gluon TensorDescriptor, whose type string is taken from it: only its dtype, shape and block
+    matter, a CPU tensor will do). `regs` is the launch's per-thread budget; a warp-specialized
+    kernel's partitions re-divide it (setmaxnreg)."""
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    sig = {a: t if isinstance(t, str) else mangle_type(t) for a, t in signature.items()}
+    src = GluonASTSource(fn, sig, constexprs=consts)
+    return _cost(triton_compile(src, target=GPUTarget("cuda", capability, 32),
+                                options={"num_warps": warps}))
+
+
+def compile_cost(fn, signature: dict, consts: dict, aligned, warps: int, stages: int,
+                 capability: int = 90) -> Cost:
+    """Compile `fn` (signature: arg -> type or "constexpr"; `aligned`: args the launch marks
+    divisible by 16, as Triton does for 16-aligned pointers and multiples of 16)."""
+    attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in aligned}
+    src = ASTSource(fn=fn, signature=signature, constexprs=consts, attrs=attrs)
+    return _cost(triton_compile(src, target=GPUTarget("cuda", capability, 32),
+                                options={"num_warps": warps, "num_stages": stages}))

@@ -16,7 +16,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from kernels._aot import compile_cost
+from kernels._aot import compile_cost, compile_gluon_cost
 
 
 
@@ -48,9 +48,35 @@ def build(fn, name: str, pointers: dict[str, str], scalars: dict[str, str], cons
     return Build(name, D, causal, tuple(config), c.regs, c.stack, c.smem_bytes, c.wgmma, c.tma)
 
 
+def build_gluon(D: int, causal: bool, config: tuple, dtype: str = "fp16") -> Build | None:
+    """The Gluon FA3-form forward (flash_fwd_gluon.py) for sm_90; None without Gluon."""
+    import torch
+
+    from kernels.attention import flash_fwd_gluon as fg
+
+    if fg.gluon is None:
+        return None
+    tdt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    rows = torch.empty(4 * fg.BLOCK_M, D, dtype=tdt)  # a CPU tensor: only its type matters
+
+    def desc(box: int):
+        layout = fg.gl.NVMMASharedLayout.get_default_for([box, D], getattr(fg.gl, fg.GL_DTYPES[tdt]))
+        return fg.GluonDescriptor.from_tensor(rows, [box, D], layout)
+    bm, bn, warps, stages = config
+    sig = {"desc_q": desc(bm // 2), "desc_k": desc(bn), "desc_v": desc(bn), "desc_o": desc(bm // 2),
+           "LSE": "*fp32", "n_ctx": "i32", "qk_scale": "fp32"}
+    consts = {"BLOCK_N": bn, "STAGES": stages, "CAUSAL": causal, "OVERLAP": True,
+              "PINGPONG": True}
+    c = compile_gluon_cost(fg._flash_fwd_gluon_kernel, {**sig, **{k: "constexpr" for k in consts}},
+                           consts, warps)
+    return Build("gluon_tma", D, causal, tuple(config), c.regs, c.stack, c.smem_bytes, c.wgmma,
+                 c.tma)
+
+
 def builds(quick: bool, dtype: str = "fp16", dims=(64, 128)):
     """Yield a Build per (kernel, D, causal, config)."""
-    from kernels.attention import flash_bwd, flash_bwd_tma, flash_fwd, flash_fwd_tma, fused_mha
+    from kernels.attention import (flash_bwd, flash_bwd_tma, flash_fwd, flash_fwd_gluon,
+                                   flash_fwd_tma, fused_mha)
 
     t = "*" + dtype
     fwd_ptrs = {"Q": t, "K": t, "V": t, "O": t, "LSE": "*fp32"}
@@ -73,6 +99,10 @@ def builds(quick: bool, dtype: str = "fp16", dims=(64, 128)):
                              "LSE": "*fp32"}, {"n_ctx": "i32", "qk_scale": "fp32"},
                             {**flags, "BLOCK_M": c[0], "BLOCK_N": c[1], "WS": False}, c, D,
                             causal)
+            for c in pick(flash_fwd_gluon.GLUON_CONFIGS[D]):
+                b = build_gluon(D, causal, c, dtype)
+                if b is not None:
+                    yield b
             for c in pick(flash_bwd.DKDV_CONFIGS[D]):
                 yield build(flash_bwd._bwd_dkdv_kernel, "bwd_dkdv", {**bwd_ptrs, "DK": t, "DV": t},
                             bwd_scalars, {**flags, "BLOCK_M1": c[0], "BLOCK_N1": c[1]}, c, D,

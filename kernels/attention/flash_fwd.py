@@ -58,13 +58,17 @@ FIELDS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
 # (128, 64, 8, 2) and D=128 a triton 3.6 sm_90 build then takes 122 registers instead of 138,
 # with no spill, and two 8-warp programs (96 KiB of shared memory each) share an SM instead of
 # one; timed with the TMA configs where N allows (flash_fwd_tma.CAPPED_CONFIGS;
-# experiments/tune/flash_fwd_regs.yaml).
+# experiments/tune/flash_fwd_regs.yaml). TMA 4 is the Gluon kernel of flash_fwd_gluon.py (FA3's
+# form: a TMA producer warp, two consumer warpgroups with explicit asynchronous wgmma, the
+# softmax of one key tile overlapping the P V product of the previous one): BLOCK_M 128 and
+# num_warps 4 (a consumer warpgroup's) fixed, num_stages the K/V ring depth; Hopper only, timed
+# with the TMA configs where it runs.
 FWD_FIELDS = (*FIELDS, "TMA")
 # what a YAML config may force (harness variants): the values above plus tile sizes tl.dot takes
 _tuner = Tuner("attention.flash_fwd", FWD_FIELDS,
                configs=[*FWD_CONFIGS[128], *FWD_CONFIGS[64], *SMALL_D_CONFIGS, INTERPRETER_CONFIG],
                values={"BLOCK_M": (16, 32, 64, 128, 256), "BLOCK_N": (16, 32, 64, 128),
-                       "num_warps": (2, 4, 8, 16), "num_stages": range(1, 7), "TMA": (0, 1, 2, 3)},
+                       "num_warps": (2, 4, 8, 16), "num_stages": range(1, 7), "TMA": (0, 1, 2, 3, 4)},
                rules=[Rule(("BLOCK_M", "BLOCK_N"), lambda m, n: m % n == 0,
                            "BLOCK_M % BLOCK_N == 0")])
 
@@ -220,8 +224,9 @@ def configs_for(D: int) -> list[tuple[int, int, int, int]]:
 
 def uses_tma(cfg: tuple) -> bool:
     """A (..., TMA) candidate of the folded Tuners is a TMA form they time by default where N
-    allows it: the plain TMA kernel (1) or the register-capped one (3, the forward's only)."""
-    return cfg[-1] in (1, 3)
+    allows it: the plain TMA kernel (1), the register-capped one (3) or the Gluon one (4; both
+    the forward's only)."""
+    return cfg[-1] in (1, 3, 4)
 
 
 def interp_bf16_flag(dtype: torch.dtype) -> bool:
@@ -236,12 +241,13 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
 
     `config` = (BLOCK_M, BLOCK_N, num_warps, num_stages[, TMA]) forces one launch
     configuration (TMA 0, the default: pointer loads; 1: the TMA kernel; 2: the TMA kernel
-    with warp-specialized key loops; 3: the TMA kernel with its registers capped);
+    with warp-specialized key loops; 3: the TMA kernel with its registers capped; 4: the
+    Gluon FA3-form kernel, Hopper only);
     otherwise the Tuner
     picks per (B, H, N, D, causal, dtype) among the TMA configs where N allows them, else among
     the pointer ones.
     """
-    from kernels.attention import flash_fwd_tma  # it imports this module
+    from kernels.attention import flash_fwd_gluon, flash_fwd_tma  # they import this module
 
     check_inputs(q, k, v)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
@@ -252,9 +258,15 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     interp_bf16 = interp_bf16_flag(q.dtype)
     tma_ok = flash_fwd_tma.unsupported(N, D) is None
     launch_tma = flash_fwd_tma.tma_launcher(q, k, v, o, lse, causal) if tma_ok else None
+    no_gluon = flash_fwd_gluon.unsupported(N, D, q.device)
+    launch_gluon = None if no_gluon else flash_fwd_gluon.gluon_launcher(q, k, v, o, lse, causal)
 
     def launch(cfg):
         bm, bn, warps, stages, tma = cfg
+        if tma == 4:
+            if launch_gluon is None:
+                raise ValueError(f"config {tuple(cfg)}: TMA=4, but {no_gluon}")
+            return launch_gluon((bm, bn, warps, stages))
         if tma:
             if launch_tma is None:
                 raise ValueError(f"config {tuple(cfg)}: TMA={tma}, but "
@@ -271,6 +283,8 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
         if tma_ok:
             cands += [(*c, 1) for c in flash_fwd_tma.configs_for(D, N)]
             cands += [(*c, 3) for c in flash_fwd_tma.capped_configs_for(D, N)]
+        if launch_gluon is not None:
+            cands += [(*c, 4) for c in flash_fwd_gluon.configs_for(D, N)]
         config = _tuner.pick(("fwd", B, H, N, D, causal, q.dtype), cands, launch,
                              timed=uses_tma)
     elif len(config) == 4:
