@@ -293,9 +293,12 @@ def test_aot_build_for_sm90_without_spills():
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "0 configuration(s) spill" in proc.stdout
     # the TMA kernels really use TMA (cp.async.bulk.tensor), the pointer kernels never
+    kernels = set()
     for line in proc.stdout.splitlines():
         if "regs" in line:
+            kernels.add(line.split()[0])
             assert ("tma 0" not in line) == ("_tma" in line.split()[0]), line
+    assert "gluon_tma" in kernels  # the Gluon forward builds (its warp-specialized partitions)
 
 
 @pytest.mark.slow

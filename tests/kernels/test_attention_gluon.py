@@ -1,0 +1,88 @@
+"""The Gluon FA3-form forward (kernels/attention/flash_fwd_gluon.py) off the GPU: Gluon kernels
+do not run in the CPU interpreter, so what CI checks is the plumbing (the forward Tuner's TMA: 4
+candidates and launches, the reasons it is unavailable, the config rule) and, in
+test_attention.py's sm_90 build, that the kernel compiles without spills. Its numerics are
+checked on the GPU by the harness's check pass (every triton_flash case of
+experiments/flash.yaml) and benchmarks/gluon_fwd_check.py."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness import tuning
+from harness.correctness import check
+from kernels.attention import flash_fwd, flash_fwd_gluon, flash_fwd_tma
+from test_attention import OP, _qkv, _within_rule
+from test_attention import _params as attention_params
+from kernels.attention import reference as ref
+
+
+def test_unavailable_on_the_cpu_with_a_reason():
+    cpu = torch.device("cpu")
+    assert "GPU only" in flash_fwd_gluon.unsupported(4096, 128, cpu)
+    q = torch.zeros(1, 1, 128, 64, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"TMA=4, but Gluon kernels run on a GPU only"):
+        flash_fwd.flash_forward(q, q, q, False, config=(128, 128, 4, 2, 4))
+
+
+def test_forced_on_the_cpu_is_the_case_error():
+    """A YAML variant forcing TMA: 4 off Hopper: the case's check raises the reason (the worker
+    fails that case with it, the run goes on)."""
+    with tuning.forcing({"attention.flash_fwd": {"TMA": 4}}), \
+            pytest.raises(ValueError, match="TMA=4, but Gluon kernels run on a GPU only"):
+        check(OP, OP.get_impl("triton_flash"), attention_params(N=128, D=64, mode="fwd"),
+              "float16", "cpu")
+
+
+def test_shape_and_config_rules(monkeypatch):
+    monkeypatch.setattr(flash_fwd_gluon, "interpreted", lambda: False)
+    assert flash_fwd_gluon.unsupported(4096, 128) is None
+    assert "multiple of 128, got N=4000" in flash_fwd_gluon.unsupported(4000, 128)
+    assert "head dim 64 or 128, got D=32" in flash_fwd_gluon.unsupported(4096, 32)
+    assert flash_fwd_gluon.configs_for(128, 4096) == flash_fwd_gluon.GLUON_CONFIGS[128]
+    assert flash_fwd_gluon.configs_for(64, 4160) == []
+    flash_fwd_gluon.check_config((128, 128, 4, 2))
+    for cfg, field in (((64, 128, 4, 2), "BLOCK_M is 128"), ((128, 128, 8, 2), "num_warps is 4"),
+                       ((128, 32, 4, 2), "BLOCK_N is 64 or 128"),
+                       ((128, 128, 4, 1), "num_stages .* 2 to 4")):
+        with pytest.raises(ValueError, match=field):
+            flash_fwd_gluon.check_config(cfg)
+    assert flash_fwd.uses_tma((128, 128, 4, 2, 4))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_tuner_times_the_gluon_form_where_it_runs(causal, monkeypatch):
+    """Where the Gluon form is available (a Hopper GPU; here faked, its launch standing in with
+    the TMA kernel's interpreter tile) the forward Tuner gets its configs as TMA: 4 candidates,
+    times them with the TMA ones, and a forced TMA: 4 reaches its launcher."""
+    launches = []
+
+    def fake_launcher(q, k, v, o, lse, causal_):
+        tma = flash_fwd_tma.tma_launcher(q, k, v, o, lse, causal_)
+
+        def launch(cfg, overlap=True, pingpong=False):
+            flash_fwd_gluon.check_config(cfg)
+            launches.append(tuple(cfg))
+            tma(flash_fwd_tma.INTERPRETER_CONFIG)
+        return launch
+
+    monkeypatch.setattr(flash_fwd_gluon, "unsupported", lambda N, D, device=None: None)
+    monkeypatch.setattr(flash_fwd_gluon, "gluon_launcher", fake_launcher)
+    seen = []
+    orig = flash_fwd._tuner.pick
+
+    def pick(key, candidates, launch, timed=None):
+        seen.append(([c for c in candidates], [c for c in candidates if timed(c)]))
+        return orig(key, candidates, launch, timed=timed)
+
+    monkeypatch.setattr(flash_fwd._tuner, "pick", pick)
+    q, k, v = _qkv(1, 2, 128, 64, torch.float16, seed=3)
+    flash_fwd.flash_forward(q, k, v, causal)
+    cands, timed = seen[0]
+    gluon = [c for c in cands if c[-1] == 4]
+    assert [c[:4] for c in gluon] == flash_fwd_gluon.GLUON_CONFIGS[64]
+    assert set(gluon) <= set(timed) and all(c[-1] in (1, 3, 4) for c in timed)
+    with tuning.forcing({"attention.flash_fwd": {"TMA": 4, "num_stages": 3}}):
+        o, lse = flash_fwd.flash_forward(q, k, v, causal)
+    assert launches == [(128, 128, 4, 3)]
+    _within_rule(o, (q, k, v), lambda a, b, c: ref.reference_forward(a, b, c, causal=causal))
