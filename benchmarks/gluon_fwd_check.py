@@ -47,9 +47,12 @@ def timed(fn, reps: int = 30) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="N=4096 only, fp16")
+    ap.add_argument("--small", action="store_true",
+                    help="the edges: N = 128 (one query tile, one key tile), 256, 384; H=3")
     a = ap.parse_args(argv)
-    H = 16
-    shapes = [(4, 4096)] if a.quick else [(8, 2048), (4, 4096), (1, 16384)]
+    H = 3 if a.small else 16
+    shapes = ([(2, 128), (1, 256), (3, 384)] if a.small else [(4, 4096)] if a.quick
+              else [(8, 2048), (4, 4096), (1, 16384)])
     dtypes = [torch.float16] if a.quick else [torch.float16, torch.bfloat16]
     bad = 0
     for dtype in dtypes:
