@@ -68,19 +68,14 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from kernels._common import Tuner, sm_count
-from kernels.groupnorm_mish import gluon_groupnorm_mish
 
 MAX_ONE_TILE = 16384  # elements of a group kept in registers by the one-pass variant
 MAX_SPLIT = 64
 # candidates per shape (configs()); BLOCK: any power of two up to MAX_ONE_TILE
-# SYNC 2 is the Gluon form (gluon_groupnorm_mish.py: persistent programs holding whole groups in
-# shared memory, double-buffered, TMA in and out; BLOCK the group's elements)
 _tuner = Tuner("groupnorm_mish", ("BLOCK", "num_warps", "STAGES", "SPLIT", "SYNC"),
-               values={"BLOCK": tuple(sorted({2 ** i for i in range(6, 15)}
-                                             | {4096 * k for k in range(1, 14)})),
-                       "num_warps": (1, 2, 4, 8, 16),
+               values={"BLOCK": tuple(2 ** i for i in range(6, 15)), "num_warps": (1, 2, 4, 8, 16),
                        "STAGES": (1, 2, 3, 4), "SPLIT": tuple(range(MAX_SPLIT + 1)),
-                       "SYNC": (0, 1, 2)})
+                       "SYNC": (0, 1)})
 # one-kernel two-pass candidates (BLOCK, num_warps, STAGES): unpipelined, and the tile loops
 # pipelined 2-4 deep (STAGES - 1 tiles of BLOCK elements in shared memory per program)
 TWO_PASS = ((4096, 8, 1), (8192, 16, 1), (4096, 8, 3), (8192, 16, 3), (2048, 4, 3),
@@ -408,17 +403,8 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
     # interpreter's two halves need no residency)
     resident = min(MAX_SPLIT, sm_count(x.device)) if fast else None
 
-    no_smem = gluon_groupnorm_mish.unsupported(x, cpg, hw)
-    launch_smem = None if no_smem else gluon_groupnorm_mish.smem_launcher(
-        x, w, b, y, groups, num_groups, cpg, hw, eps, sm_count(x.device))
-
     def launch(cfg) -> int:
         block, warps, stages, split, sync = (tuple(cfg) + (0, 0))[:5]
-        if sync == 2:
-            if launch_smem is None:
-                raise ValueError(f"groupnorm_mish: SYNC=2 (the Gluon form), but {no_smem}")
-            launch_smem((block, warps, stages, split, sync))
-            return 1
         if sync:
             cb, hb, nct, nht = sync_tiles(cpg, hw, block)
             if split != nct * nht:
@@ -456,9 +442,8 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
         return 2
 
     if config is None:
-        cands = configs(cpg, hw, groups, sm_count(x.device), resident or MAX_SPLIT)
-        if launch_smem is not None:
-            cands += gluon_groupnorm_mish.configs(cpg, hw)
-        config = _tuner.pick((N, C, hw, num_groups, x.dtype), cands, launch)
+        config = _tuner.pick((N, C, hw, num_groups, x.dtype),
+                             configs(cpg, hw, groups, sm_count(x.device), resident or MAX_SPLIT),
+                             launch)
     last_kernels = launch(config)
     return y
