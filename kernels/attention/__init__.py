@@ -23,8 +23,7 @@ import torch
 
 from harness.registry import Op, Param
 from kernels._common import interpreted
-from kernels.attention import (flash, flash_bwd, flash_bwd_tma, flash_fwd, flash_fwd_gluon,
-                               flash_fwd_tma)
+from kernels.attention import flash, flash_bwd, flash_bwd_tma, flash_fwd, flash_fwd_tma
 from kernels.attention import fused_mha as fused_mha_mod, peers
 from kernels.attention import reference as ref
 

@@ -47,9 +47,12 @@ import math
 
 import torch
 
-from kernels._common import interpreted
+import triton
 
-try:  # Gluon: triton >= 3.5 (the API used here is in 3.6 and 3.9)
+from kernels._common import interpreted
+from kernels.attention.flash_fwd import LOG2E
+
+try:  # Gluon (the API used here is 3.6's and 3.9's; older Gluon spelled warp_specialize apart)
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (
@@ -58,8 +61,9 @@ try:  # Gluon: triton >= 3.5 (the API used here is in 3.6 and 3.9)
     # the TMA copies were renamed after 3.6 (3.9 keeps the old names only to raise)
     _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
     _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
-except ImportError:  # pragma: no cover
+except (ImportError, AttributeError):  # pragma: no cover
     gluon = None
+MIN_TRITON = (3, 6)
 
 BLOCK_M = 128  # two consumer warpgroups of 64 query rows
 CONSUMER_WARPS = 4
@@ -73,7 +77,7 @@ GLUON_CONFIGS = {
     128: [(128, 128, 4, 2), (128, 128, 4, 3)],
     64: [(128, 128, 4, 2), (128, 128, 4, 3)],
 }
-REGS = (240, 24)  # registers per thread: each consumer warpgroup, the producer
+SMEM_LIMIT = 232448  # bytes of shared memory a Hopper block may use (227 KiB)
 
 
 if gluon is not None:
@@ -270,23 +274,28 @@ if gluon is not None:
             (_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_ready,
                          v_ready, k_empty, v_empty, head_row, q_row, n_iters, BLOCK_N,
                          STAGES)),
-        ], [4, 1], [240, 24])  # warps, registers: consumer 1, producer (CONSUMER_WARPS, REGS)
+        ], [4, 1], [240, 24])  # warps and registers per thread: consumer 1, the producer
 
 
 GL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 
-def unsupported(N: int, D: int, device: torch.device | None = None) -> str | None:
-    """Why the Gluon forward cannot run this shape here (None when it can)."""
-    if gluon is None:
-        return "the Gluon forward needs triton.experimental.gluon (triton >= 3.5)"
-    if interpreted() or (device is not None and device.type != "cuda"):
+def _triton_version() -> tuple[int, int]:
+    major, minor = triton.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+def unsupported(N: int, D: int, device: torch.device) -> str | None:
+    """Why the Gluon forward cannot run this shape on `device` (None when it can)."""
+    if gluon is None or _triton_version() < MIN_TRITON:
+        return (f"the Gluon forward needs triton >= {'.'.join(map(str, MIN_TRITON))} "
+                f"(triton.experimental.gluon), got {triton.__version__}")
+    if interpreted() or device.type != "cuda":
         return "Gluon kernels run on a GPU only (the CPU interpreter does not run them)"
-    if device is not None:
-        major, minor = torch.cuda.get_device_capability(device)
-        if major != 9:
-            return (f"the Gluon forward is written for Hopper's wgmma (sm_90); this GPU is "
-                    f"sm_{major}{minor}")
+    major, minor = torch.cuda.get_device_capability(device)
+    if major != 9:
+        return (f"the Gluon forward is written for Hopper's wgmma (sm_90); this GPU is "
+                f"sm_{major}{minor}")
     if D not in GLUON_CONFIGS:
         return f"the Gluon forward takes head dim 64 or 128, got D={D}"
     if N % BLOCK_M:
@@ -300,9 +309,14 @@ def configs_for(D: int, N: int) -> list[tuple[int, int, int, int]]:
     return [c for c in GLUON_CONFIGS.get(D, []) if N % c[0] == 0 and N % c[1] == 0]
 
 
-def check_config(cfg: tuple) -> None:
+def smem_bytes(cfg: tuple, D: int) -> int:
+    """Shared memory of a launch (16-bit): Q's two 64-row halves and the K and V rings."""
+    return 2 * (BLOCK_M * D + 2 * cfg[3] * cfg[1] * D)
+
+
+def check_config(cfg: tuple, D: int) -> None:
     """A ValueError naming the field unless `cfg` (BLOCK_M, BLOCK_N, num_warps, num_stages)
-    is one the Gluon kernel is written for."""
+    is one the Gluon kernel is written for, and fits shared memory at head dim D."""
     bm, bn, warps, stages = cfg[:4]
     if bm != BLOCK_M:
         raise ValueError(f"config {tuple(cfg)}: the Gluon forward's BLOCK_M is {BLOCK_M} (two "
@@ -316,6 +330,10 @@ def check_config(cfg: tuple) -> None:
     if not 2 <= stages <= 4:
         raise ValueError(f"config {tuple(cfg)}: the Gluon forward's num_stages (K/V ring "
                          f"depth) is 2 to 4, got {stages}")
+    if smem_bytes(cfg, D) > SMEM_LIMIT:
+        raise ValueError(f"config {tuple(cfg)}: num_stages {stages} of {bn}-row K and V tiles "
+                         f"at D={D} need {smem_bytes(cfg, D)} B of shared memory, over the "
+                         f"{SMEM_LIMIT} B a block may use")
 
 
 def gluon_launcher(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
@@ -324,12 +342,12 @@ def gluon_launcher(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.T
     (B, H, N, D) into o and lse with config (128, BLOCK_N, 4, STAGES); the flags pick the
     variant (the Tuner's TMA: 4 is the default one)."""
     B, H, N, D = q.shape
-    qk_scale = 1.4426950408889634 / math.sqrt(D)
+    qk_scale = LOG2E / math.sqrt(D)
     gdt = getattr(gl, GL_DTYPES[q.dtype])
     rows = [t.view(B * H * N, D) for t in (q, k, v, o)]
 
     def launch(cfg, overlap: bool = True, pingpong: bool = False):
-        check_config(cfg)
+        check_config(cfg, D)
         bn, stages = cfg[1], cfg[3]
         if N % BLOCK_M:
             raise ValueError(f"config {tuple(cfg)}: N={N} is not a multiple of {BLOCK_M}")

@@ -35,18 +35,31 @@ def test_forced_on_the_cpu_is_the_case_error():
 
 
 def test_shape_and_config_rules(monkeypatch):
+    """On a (faked) GPU: Hopper only, D 64/128, N a multiple of 128; configs within the
+    kernel's fixed fields and shared memory."""
+    gpu = torch.device("cuda")
     monkeypatch.setattr(flash_fwd_gluon, "interpreted", lambda: False)
-    assert flash_fwd_gluon.unsupported(4096, 128) is None
-    assert "multiple of 128, got N=4000" in flash_fwd_gluon.unsupported(4000, 128)
-    assert "head dim 64 or 128, got D=32" in flash_fwd_gluon.unsupported(4096, 32)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert flash_fwd_gluon.unsupported(4096, 128, gpu) is None
+    assert "multiple of 128, got N=4000" in flash_fwd_gluon.unsupported(4000, 128, gpu)
+    assert "head dim 64 or 128, got D=32" in flash_fwd_gluon.unsupported(4096, 32, gpu)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    assert "Hopper's wgmma (sm_90); this GPU is sm_80" in flash_fwd_gluon.unsupported(4096, 128,
+                                                                                        gpu)
+    monkeypatch.setattr(flash_fwd_gluon, "_triton_version", lambda: (3, 5))
+    assert "needs triton >= 3.6" in flash_fwd_gluon.unsupported(4096, 128, gpu)
     assert flash_fwd_gluon.configs_for(128, 4096) == flash_fwd_gluon.GLUON_CONFIGS[128]
     assert flash_fwd_gluon.configs_for(64, 4160) == []
-    flash_fwd_gluon.check_config((128, 128, 4, 2))
+    for D, cfgs in flash_fwd_gluon.GLUON_CONFIGS.items():
+        for cfg in cfgs:
+            flash_fwd_gluon.check_config(cfg, D)
+    flash_fwd_gluon.check_config((128, 128, 4, 4), 64)  # 144 KiB
     for cfg, field in (((64, 128, 4, 2), "BLOCK_M is 128"), ((128, 128, 8, 2), "num_warps is 4"),
                        ((128, 32, 4, 2), "BLOCK_N is 64 or 128"),
-                       ((128, 128, 4, 1), "num_stages .* 2 to 4")):
+                       ((128, 128, 4, 1), "num_stages .* 2 to 4"),
+                       ((128, 128, 4, 4), "need 294912 B of shared memory")):
         with pytest.raises(ValueError, match=field):
-            flash_fwd_gluon.check_config(cfg)
+            flash_fwd_gluon.check_config(cfg, 128)
     assert flash_fwd.uses_tma((128, 128, 4, 2, 4))
 
 
@@ -54,14 +67,15 @@ def test_shape_and_config_rules(monkeypatch):
 def test_tuner_times_the_gluon_form_where_it_runs(causal, monkeypatch):
     """Where the Gluon form is available (a Hopper GPU; here faked, its launch standing in with
     the TMA kernel's interpreter tile) the forward Tuner gets its configs as TMA: 4 candidates,
-    times them with the TMA ones, and a forced TMA: 4 reaches its launcher."""
+    among those `timed` accepts (what a GPU would time), and a forced TMA: 4 reaches its
+    launcher."""
     launches = []
 
     def fake_launcher(q, k, v, o, lse, causal_):
         tma = flash_fwd_tma.tma_launcher(q, k, v, o, lse, causal_)
 
         def launch(cfg, overlap=True, pingpong=False):
-            flash_fwd_gluon.check_config(cfg)
+            flash_fwd_gluon.check_config(cfg, q.shape[-1])
             launches.append(tuple(cfg))
             tma(flash_fwd_tma.INTERPRETER_CONFIG)
         return launch
