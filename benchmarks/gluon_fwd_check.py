@@ -7,41 +7,34 @@ experiments/flash.yaml` (the Tuner times the Gluon configs beside the TMA ones).
 
 Per shape (16k tokens, H=16, as experiments/flash.yaml) and variant (OVERLAP x PINGPONG) x
 config: the largest |o - o_ref| (o_ref: SDPA's math backend in fp32 on the same inputs) next to
-the TMA kernel's, the largest |lse - lse_tma| (the backward reads LSE), and the median of
-L2-flushed CUDA-event timings in TFLOP/s, beside SDPA's flash and cuDNN backends.
+the TMA kernel's, the largest |lse - lse_tma| (the backward reads LSE), and TFLOP/s from the
+Tuners' own timing (L2-flushed CUDA-event medians), beside SDPA's flash and cuDNN backends.
 """
 from __future__ import annotations
 
 import argparse
 import math
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from kernels._tuner import Tuner
 from kernels.attention import flash_fwd_gluon as fg
 from kernels.attention import flash_fwd_tma
 
 VARIANTS = ((False, False), (True, False), (False, True), (True, True))  # (overlap, pingpong)
 
 
-def timed(fn, reps: int = 30) -> float:
-    """Median ms of `reps` launches, each after an L2 flush (a 256 MiB read)."""
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+_TIMER = Tuner("gluon_fwd_check")
+
+
+def timed(fn) -> float:
+    """Median ms of L2-flushed launches of `fn`, the way the Tuners time a candidate
+    (Tuner.measure: CUDA events, the host's launch time hidden)."""
     fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        flush.sum()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b))
-    return statistics.median(out)
+    return _TIMER.measure(lambda _: fn(), None)
 
 
 def main(argv=None) -> int:

@@ -58,12 +58,9 @@ def build_gluon(D: int, causal: bool, config: tuple, dtype: str = "fp16") -> Bui
         return None
     tdt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
     rows = torch.empty(4 * fg.BLOCK_M, D, dtype=tdt)  # a CPU tensor: only its type matters
-
-    def desc(box: int):
-        layout = fg.gl.NVMMASharedLayout.get_default_for([box, D], getattr(fg.gl, fg.GL_DTYPES[tdt]))
-        return fg.GluonDescriptor.from_tensor(rows, [box, D], layout)
     bm, bn, warps, stages = config
-    sig = {"desc_q": desc(bm // 2), "desc_k": desc(bn), "desc_v": desc(bn), "desc_o": desc(bm // 2),
+    dq, dk, dv, do = fg.descriptors([rows] * 4, bn)
+    sig = {"desc_q": dq, "desc_k": dk, "desc_v": dv, "desc_o": do,
            "LSE": "*fp32", "n_ctx": "i32", "qk_scale": "fp32"}
     consts = {"BLOCK_N": bn, "STAGES": stages, "CAUSAL": causal, "OVERLAP": True,
               "PINGPONG": False}  # the variant the Tuner's TMA: 4 launches

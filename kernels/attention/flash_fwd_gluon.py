@@ -46,7 +46,6 @@ from __future__ import annotations
 import math
 
 import torch
-
 import triton
 
 from kernels._common import interpreted
@@ -336,6 +335,16 @@ def check_config(cfg: tuple, D: int) -> None:
                          f"{SMEM_LIMIT} B a block may use")
 
 
+def descriptors(rows: list[torch.Tensor], block_n: int) -> list:
+    """Gluon TMA descriptors of the (B*H*N, D) row views of q, k, v, o: 64-row boxes for the
+    query halves (q, o), BLOCK_N-row boxes for k and v, in the default swizzled layout."""
+    D = rows[0].shape[-1]
+    gdt = getattr(gl, GL_DTYPES[rows[0].dtype])
+    return [GluonDescriptor.from_tensor(
+                t, [box, D], gl.NVMMASharedLayout.get_default_for([box, D], gdt))
+            for t, box in zip(rows, (BLOCK_M // 2, block_n, block_n, BLOCK_M // 2))]
+
+
 def gluon_launcher(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                    lse: torch.Tensor, causal: bool):
     """`launch(config, overlap=True, pingpong=False)`: the Gluon forward of contiguous q, k, v
@@ -343,7 +352,6 @@ def gluon_launcher(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.T
     variant (the Tuner's TMA: 4 is the default one)."""
     B, H, N, D = q.shape
     qk_scale = LOG2E / math.sqrt(D)
-    gdt = getattr(gl, GL_DTYPES[q.dtype])
     rows = [t.view(B * H * N, D) for t in (q, k, v, o)]
 
     def launch(cfg, overlap: bool = True, pingpong: bool = False):
@@ -351,12 +359,8 @@ def gluon_launcher(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.T
         bn, stages = cfg[1], cfg[3]
         if N % BLOCK_M:
             raise ValueError(f"config {tuple(cfg)}: N={N} is not a multiple of {BLOCK_M}")
-        descs = []
-        for t, box in zip(rows, (BLOCK_M // 2, bn, bn, BLOCK_M // 2)):
-            layout = gl.NVMMASharedLayout.get_default_for([box, D], gdt)
-            descs.append(GluonDescriptor.from_tensor(t, [box, D], layout))
         _flash_fwd_gluon_kernel[(N // BLOCK_M, B * H)](
-            *descs, lse, N, qk_scale, BLOCK_N=bn, STAGES=stages, CAUSAL=causal,
+            *descriptors(rows, bn), lse, N, qk_scale, BLOCK_N=bn, STAGES=stages, CAUSAL=causal,
             OVERLAP=overlap, PINGPONG=pingpong, num_warps=CONSUMER_WARPS)
 
     return launch
