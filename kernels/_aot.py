@@ -28,6 +28,7 @@ class Cost:
     vec16: int  # 128-bit global loads/stores in the PTX
     cp_async: int = 0  # cp.async global -> shared copies in the PTX (a pipelined loop's loads)
     tma: int = 0  # cp.async.bulk.tensor copies in the PTX (TMA loads and stores)
+    gdc: int = 0  # griddepcontrol instructions (programmatic dependent launch) in the PTX
 
 
 def _resources(cubin: bytes) -> tuple[int, int]:
@@ -51,7 +52,7 @@ def _cost(k) -> Cost:
     return Cost(regs, stack, int(k.metadata.shared), ptx.count("wgmma.mma_async"),
                 len(re.findall(r"(?:ld|st)\.global[^\n]*\.v4\.b32", ptx)),
                 len(re.findall(r"cp\.async\.c[ag]\.shared", ptx)),
-                ptx.count("cp.async.bulk.tensor"))
+                ptx.count("cp.async.bulk.tensor"), ptx.count("griddepcontrol."))
 
 
 def compile_gluon_cost(fn, signature: dict, consts: dict, warps: int,

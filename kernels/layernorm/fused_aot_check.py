@@ -36,6 +36,7 @@ class Build:
     vec16: int  # 128-bit global loads/stores in the PTX
     cp_async: int  # global -> shared copies (a software-pipelined loop's loads)
     tma: int  # cp.async.bulk.tensor copies (TMA loads and stores)
+    gdc: int = 0  # griddepcontrol instructions (programmatic dependent launch)
 
     def line(self) -> str:
         return (f"{self.kernel:14s} {self.config:34s} regs {self.regs:3d}  spill stack "
@@ -53,7 +54,7 @@ def build(fn, name: str, label: str, args: dict, consts: dict, warps: int, stage
     div16 = [a for a, t in args.items() if t.startswith("*")] + list(aligned)
     c = compile_cost(fn, signature, consts, div16, warps, stages)
     return Build(name, label, c.regs, c.stack, c.smem_bytes, c.wgmma, c.vec16, c.cp_async,
-                 c.tma)
+                 c.tma, c.gdc)
 
 
 def builds(dtype: str, only: set[str] | None, quick: bool = False):
@@ -108,8 +109,14 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
                              "dbp_ptr": "*fp32", "M": "i32", "N": "i32", "x_stride": "i32",
                              "dy_stride": "i32", "dx_stride": "i32", "rows_per_prog": "i32"},
                             {"ROWS": rows, "BLOCK_N": triton.next_power_of_2(N),
-                             "STAGES": stages}, warps,
+                             "STAGES": stages, "PDL": True}, warps,
                             aligned=("N", "x_stride", "dy_stride", "dx_stride"))
+            # the column sum, a programmatic dependent launch on sm_90 (gdc_wait)
+            bp, bc = tlb.colsum_tiles(132 * 4, N, 132)
+            yield build(tlb._ln_bwd_colsum, "layernorm_bwd", f"N={N} colsum {bp}x{bc} PDL",
+                        {"dwp_ptr": "*fp32", "dbp_ptr": "*fp32", "dw_ptr": t, "db_ptr": t,
+                         "P": "i32", "N": "i32"},
+                        {"BLOCK_P": bp, "BLOCK_C": bc, "PDL": True}, 4, aligned=("N",))
     if want("matmul") and dtype != "fp32":
         for cfg in pick(tm.CONFIGS):
             for act in (1, 2):

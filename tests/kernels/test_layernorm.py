@@ -139,7 +139,8 @@ def test_column_sum_strips_give_every_sm_a_program_and_cover_all_partials():
         dwp, dbp = torch.randn(P, N, generator=g), torch.randn(P, N, generator=g)
         dw, db = torch.empty(N), torch.empty(N)
         bp, bc = tlb.colsum_tiles(P, N, 4)
-        tlb._ln_bwd_colsum[(-(-N // bc),)](dwp, dbp, dw, db, P, N, BLOCK_P=bp, BLOCK_C=bc)
+        tlb._ln_bwd_colsum[(-(-N // bc),)](dwp, dbp, dw, db, P, N, BLOCK_P=bp, BLOCK_C=bc,
+                                           PDL=False)
         torch.testing.assert_close(dw, dwp.sum(0))
         torch.testing.assert_close(db, dbp.sum(0))
 
