@@ -298,8 +298,7 @@ def _gn_mish_sync(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, CPG, G, eps,
     x0 = tl.load(x_ptr + base)
     # read CB x HB of x (DRAM, once: kept in registers, shifted, until the group's statistics
     # are in); masked elements read as the shift, so they add 0 without a select
-    xr = tl.load(x_ptr + offs, mask=mask, other=x0)
-    d = xr.to(tl.float32) - x0.to(tl.float32)
+    d = tl.load(x_ptr + offs, mask=mask, other=x0).to(tl.float32) - x0.to(tl.float32)
     if PHASE != 2:
         # write 2 floats (this tile's partials), then count in. Scalar stores and atomics are
         # issued by thread 0 alone, so the release orders the partials before the count
@@ -328,14 +327,6 @@ def _gn_mish_sync(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, CPG, G, eps,
         # (x - mean) a + b = d a + (b - m1 a): one FMA per element, no cancellation (d and m1
         # are both relative to the shift, an element of the group)
         # write CB x HB of y
-        if FAST and PHASE == 0 and xr.dtype.primitive_bitwidth == 16:
-            # the tile crossed the wait as 16-bit x (half the registers of fp32 d: more
-            # programs resident, more bytes in flight per SM); widened again here by an
-            # opaque conversion the compiler cannot merge with the first
-            cvt: tl.constexpr = ("cvt.f32.f16 $0, $1;" if xr.dtype == tl.float16
-                                 else "cvt.f32.bf16 $0, $1;")
-            d = tl.inline_asm_elementwise(cvt, "=r,h", [xr], dtype=tl.float32, is_pure=True,
-                                          pack=1) - x0.to(tl.float32)
         out = y_ptr.dtype.element_ty
         tl.store(y_ptr + offs, _mish_affine(d, a, gb - m1 * a, FAST, out).to(out), mask=mask)
 
