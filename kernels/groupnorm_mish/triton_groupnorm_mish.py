@@ -53,11 +53,11 @@ row of the tile). Three forms, all timed by the Tuner (`SPLIT` and `SYNC` fields
 
 Mish without tanh/log: with e = exp(v), tanh(log(1 + e)) = e(e + 2) / (e(e + 2) + 2), so
 mish(v) = v · n / (n + 2), n = e(e + 2) (`_mish_affine`: for 16-bit outputs one ex2.approx.ftz
-per element and one reciprocal per two elements). The element-wise work, not DRAM, set the pace of the first
-synchronised version (ncu on an H200: issue slots 62-70 % busy at 30-55 % of DRAM bandwidth):
-27.8 SASS instructions per element at 32 elements per thread, 4 of them the denormal fix-up
-around a non-ftz ex2 and 2 a select. Then 23.5 at 32 per thread and 20.2 at 64 (built for sm_90
-here: a program's fixed cost is ~250 instructions per thread); with `_mish_affine` the two-pass
+per element and one reciprocal per two elements). The element-wise work, not DRAM, set the pace
+of the first synchronised version (ncu on an H200: issue slots 62-70 % busy at 30-55 % of DRAM
+bandwidth): 27.8 SASS instructions per element at 32 elements per thread, 4 of them the denormal
+fix-up around a non-ftz ex2 and 2 a select. Then 23.5 at 32 per thread and 20.2 at 64 (built for
+sm_90 here: a program's fixed cost is ~250 instructions per thread); with `_mish_affine` the two-pass
 form's second loop is 14.8 per element (was 16.2) and 1.5 MUFU ops (was 2): 1.04x geo-mean,
 1.10x at batch 1 and no change at 512 groups (runs ...-3b05 -> ...-2700).
 """
@@ -199,7 +199,6 @@ def _chunk_apply(x_ptr, w_ptr, b_ptr, y_ptr, base, wc, c0, c1, mean, rstd,
         offs = base + c[:, None] * HW + h[None, :]
         # read CB x HB of x (second pass, mostly L2) ; write CB x HB of y
         v = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
-        # (x - mean) first: folding mean into the bias would cancel badly when |mean| >> std
         # (x - mean) first: folding mean into the bias would cancel badly when |mean| >> std
         # (a constant group: x - mean is exactly 0, x·a - mean·a is mean·a's rounding)
         out = y_ptr.dtype.element_ty
