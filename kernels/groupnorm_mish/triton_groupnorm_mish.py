@@ -57,8 +57,8 @@ per element and one reciprocal per two elements). The element-wise work, not DRA
 of the first synchronised version (ncu on an H200: issue slots 62-70 % busy at 30-55 % of DRAM
 bandwidth): 27.8 SASS instructions per element at 32 elements per thread, 4 of them the denormal
 fix-up around a non-ftz ex2 and 2 a select. Then 23.5 at 32 per thread and 20.2 at 64 (built for
-sm_90 here: a program's fixed cost is ~250 instructions per thread); with `_mish_affine` the two-pass
-form's second loop is 14.8 per element (was 16.2) and 1.5 MUFU ops (was 2): 1.04x geo-mean,
+sm_90 here: a program's fixed cost is ~250 instructions per thread); with `_mish_affine` the
+two-pass form's second loop is 14.8 per element (was 16.2) and 1.5 MUFU ops (was 2): 1.04x geo-mean,
 1.10x at batch 1 and no change at 512 groups (runs ...-3b05 -> ...-2700).
 """
 from __future__ import annotations
