@@ -76,7 +76,7 @@ MAX_SPLIT = 64
 _tuner = Tuner("groupnorm_mish", ("BLOCK", "num_warps", "STAGES", "SPLIT", "SYNC"),
                values={"BLOCK": tuple(2 ** i for i in range(6, 15)), "num_warps": (1, 2, 4, 8, 16),
                        "STAGES": (1, 2, 3, 4), "SPLIT": tuple(range(MAX_SPLIT + 1)),
-                       "SYNC": (0, 1, 2)})
+                       "SYNC": (0, 1)})
 # one-kernel two-pass candidates (BLOCK, num_warps, STAGES): unpipelined, and the tile loops
 # pipelined 2-4 deep (STAGES - 1 tiles of BLOCK elements in shared memory per program)
 TWO_PASS = ((4096, 8, 1), (8192, 16, 1), (4096, 8, 3), (8192, 16, 3), (2048, 4, 3),
@@ -92,9 +92,7 @@ SPLIT_BELOW = 2
 # (two block reductions, the partials, the wait: ~250 instructions per thread) is spread over
 # more elements (H200, first version: 4096 x 4 warps 32.7 us, 4096 x 8 warps 37.1 us)
 SYNC_TILES = ((4096, 4), (8192, 4), (4096, 2), (8192, 8), (16384, 8))
-# its persistent form's tiles (SYNC = 2: a tile held in fp32 plus the next one in flight)
-ROUND_TILES = ((8192, 8), (4096, 4), (8192, 4))
-MAX_CONFIGS = 17
+MAX_CONFIGS = 14
 _arrivals: dict = {}  # (device, stream, S) -> int64 arrival counters of the synchronised form
 last_kernels = 1  # kernels the last call launched (the check pass records it)
 
@@ -333,81 +331,6 @@ def _gn_mish_sync(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, CPG, G, eps,
         tl.store(y_ptr + offs, _mish_affine(d, a, gb - m1 * a, FAST, out).to(out), mask=mask)
 
 
-@triton.jit
-def _gn_tile(x_ptr, t, CPG, HW: tl.constexpr, CB: tl.constexpr, HB: tl.constexpr,
-             NHT: tl.constexpr, S: tl.constexpr, n_tiles, EVEN: tl.constexpr):
-    """(offsets, mask, group) of tile t (group t // S, its (t % S)-th CB x HB tile); the
-    mask is also off for t >= n_tiles."""
-    grp = t // S
-    k = t % S
-    c = (k // NHT) * CB + tl.arange(0, CB)
-    h = (k % NHT) * HB + tl.arange(0, HB)
-    offs = grp.to(tl.int64) * CPG * HW + c[:, None] * HW + h[None, :]
-    mask = (tl.zeros([CB, HB], tl.int32) + t) < n_tiles
-    if not EVEN:
-        mask = mask & (c < CPG)[:, None] & (h < HW)[None, :]
-    return offs, mask, grp
-
-
-@triton.jit
-def _gn_mish_rounds(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, CPG, G, eps, n_tiles,
-                    HW: tl.constexpr, CB: tl.constexpr, HB: tl.constexpr, NCT: tl.constexpr,
-                    NHT: tl.constexpr, S_P2: tl.constexpr, EVEN: tl.constexpr,
-                    PHASE: tl.constexpr, FAST: tl.constexpr):
-    """The synchronised form with persistent programs: P = tl.num_programs(0) (a multiple of
-    S, all resident: a cooperative launch) walk the tiles in rounds, program p taking tiles
-    p, p + P, p + 2P, ... Programs kS .. kS + S - 1 hold one group's S tiles in every round,
-    so a wait only ever waits for programs of the same set in the same round. Each program
-    loads its next round's tile before it waits for this round's group statistics: the
-    load's latency hides behind the wait, and DRAM keeps reading while groups normalise."""
-    S: tl.constexpr = NCT * NHT
-    P = tl.num_programs(0)
-    pid = tl.program_id(0)
-    offs, mask, grp = _gn_tile(x_ptr, pid, CPG, HW, CB, HB, NHT, S, n_tiles, EVEN)
-    # read CB x HB of x (the first round's tile)
-    xr = tl.load(x_ptr + offs, mask=mask, other=0.0)
-    for t in range(pid, n_tiles, P):
-        # only the 16-bit tile crosses rounds: its offsets are made again from t (64-bit
-        # offsets and the mask carried along cost more registers than they save instructions)
-        offs, mask, grp = _gn_tile(x_ptr, t, CPG, HW, CB, HB, NHT, S, n_tiles, EVEN)
-        base = grp.to(tl.int64) * CPG * HW
-        # read 1 element of x (the group's shift, shared by its S tiles so the partials add)
-        x0 = tl.load(x_ptr + base).to(tl.float32)
-        if EVEN:
-            d = xr.to(tl.float32) - x0
-        else:  # masked elements add 0
-            d = tl.where(mask, xr.to(tl.float32) - x0, 0.0)
-        if PHASE != 2:
-            # write 2 floats (this tile's partials), then count in (thread 0's release)
-            tl.store(part_ptr + 2 * t, tl.sum(tl.sum(d, axis=1), axis=0))
-            tl.store(part_ptr + 2 * t + 1, tl.sum(tl.sum(d * d, axis=1), axis=0))
-            arrived = tl.atomic_add(cnt_ptr + grp, 1, sem="release")
-        # read CB x HB of x: the next round's tile, in flight during the wait
-        offs_n, mask_n, _ = _gn_tile(x_ptr, t + P, CPG, HW, CB, HB, NHT, S, n_tiles, EVEN)
-        xr = tl.load(x_ptr + offs_n, mask=mask_n, other=0.0)
-        if PHASE == 0:
-            target = arrived - arrived % S + S
-            while tl.atomic_add(cnt_ptr + grp, 0, sem="acquire") < target:
-                pass
-        if PHASE != 1:
-            k = tl.arange(0, S_P2)
-            # read the group's 2 x S partials from L2 (.cg), added in a fixed order
-            ps = part_ptr + 2 * grp * S + 2 * k
-            s1 = tl.sum(tl.load(ps, mask=k < S, other=0.0, cache_modifier=".cg"), axis=0)
-            s2 = tl.sum(tl.load(ps + 1, mask=k < S, other=0.0, cache_modifier=".cg"), axis=0)
-            m1, rstd = _stats(s1, s2, 0.0, CPG * HW, eps)
-            c = ((t % S) // NHT) * CB + tl.arange(0, CB)
-            c_ok = c < CPG
-            wc = (grp % G) * CPG + c
-            # read CB of w and of b (L1/L2)
-            a = rstd * tl.load(w_ptr + wc, mask=c_ok, other=0.0).to(tl.float32)
-            gb = tl.load(b_ptr + wc, mask=c_ok, other=0.0).to(tl.float32)
-            out = y_ptr.dtype.element_ty
-            # write CB x HB of y
-            tl.store(y_ptr + offs, _mish_affine(d, a, gb - m1 * a, FAST, out).to(out),
-                     mask=mask)
-
-
 def chunks(cpg: int, split: int) -> tuple[int, int]:
     """(chunks, channels per chunk) of the split form asked for `split` chunks of a group of
     `cpg` channels: at most one per channel, balanced, none empty."""
@@ -445,11 +368,10 @@ def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1,
     if one <= MAX_ONE_TILE:  # no loop: nothing to pipeline
         out += [(one, w, 1, 0, 0) for w in (8, 16, 4) if 4 <= one // (32 * w) <= 64]
     out += [(*c, 0, 0) for c in TWO_PASS if c[0] < one][:6]
-    for tiles, form in ((SYNC_TILES, 1), (ROUND_TILES, 2)):
-        for block, warps in tiles:
-            _, _, nct, nht = sync_tiles(cpg, hw, block)
-            if 2 <= nct * nht <= (max_sync or min(MAX_SPLIT, sms)):
-                out.append((block, warps, 1, nct * nht, form))
+    for block, warps in SYNC_TILES:
+        _, _, nct, nht = sync_tiles(cpg, hw, block)
+        if 2 <= nct * nht <= (max_sync or min(MAX_SPLIT, sms)):
+            out.append((block, warps, 1, nct * nht, 1))
     seen = set()
     for chunk in SPLIT_CHUNKS if groups < SPLIT_BELOW * sms else ():
         split, cpc = chunks(cpg, triton.cdiv(cpg, max(1, chunk // hw)))
@@ -462,26 +384,6 @@ def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1,
         if elems > block:  # a chunk of several tiles: also pipelined
             out.append((block, 8, 2, split, 0))
     return out[:MAX_CONFIGS] or [(one, 4, 1, 0, 0)]
-
-
-_resident: dict = {}  # (kernel key) -> programs per SM
-
-
-def resident_programs(fn, args, meta: dict, warps: int) -> int:
-    """Programs of `fn` compiled for `args` / `meta` that fit on one SM together: the least of
-    the register file, shared memory, 64 warps and 32 blocks (the compiled kernel's own
-    register and shared-memory counts)."""
-    key = (fn, tuple(a.dtype if isinstance(a, torch.Tensor) else type(a) for a in args),
-           tuple(sorted(meta.items())), str(args[0].device))
-    if key not in _resident:
-        k = fn.warmup(*args, grid=(1,), **meta)
-        k._init_handles()
-        props = torch.cuda.get_device_properties(args[0].device)
-        by_regs = getattr(props, "regs_per_multiprocessor", 65536) // max(1, k.n_regs * 32 * warps)
-        smem = getattr(props, "shared_memory_per_multiprocessor", 233472)
-        by_smem = smem // k.metadata.shared if k.metadata.shared else 32
-        _resident[key] = max(0, min(by_regs, by_smem, 64 // warps, 32))
-    return _resident[key]
 
 
 def arrival_counters(device: torch.device, split: int, groups: int) -> torch.Tensor:
@@ -528,15 +430,12 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
         return y
     fast = x.is_cuda
     groups = N * num_groups
-    sms = sm_count(x.device)
     # the synchronised form's programs per group that can be resident together (GPU; the
     # interpreter's two halves need no residency)
     resident = min(MAX_SPLIT, sm_count(x.device)) if fast else None
 
     def launch(cfg) -> int:
         block, warps, stages, split, sync = (tuple(cfg) + (0, 0))[:5]
-        if sync == 2:
-            return launch_rounds(block, warps, split)
         if sync:
             cb, hb, nct, nht = sync_tiles(cpg, hw, block)
             if split != nct * nht:
@@ -572,32 +471,6 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
                                      SPLIT_P2=triton.next_power_of_2(split), STAGES=stages,
                                      FAST=fast, num_warps=warps)
         return 2
-
-    def launch_rounds(block, warps, split) -> int:
-        cb, hb, nct, nht = sync_tiles(cpg, hw, block)
-        if split != nct * nht:
-            raise ValueError(f"groupnorm_mish: SYNC=2 with BLOCK={block} cuts a group of "
-                             f"{cpg}x{hw} into {nct * nht} tiles: SPLIT must be {nct * nht}, "
-                             f"not {split}")
-        n_tiles = groups * split
-        part = torch.empty(2 * n_tiles, device=x.device, dtype=torch.float32)
-        cnt = arrival_counters(x.device, split, groups)
-        args = (x, w, b, y, part, cnt, cpg, num_groups, eps, n_tiles)
-        meta = dict(HW=hw, CB=cb, HB=hb, NCT=nct, NHT=nht,
-                    S_P2=triton.next_power_of_2(split),
-                    EVEN=cpg % cb == 0 and hw % hb == 0, FAST=fast, num_warps=warps)
-        if not fast:  # the interpreter: every program's rounds in two halves, one program
-            for phase in (1, 2):   # per set of S (a wait would never end)
-                _gn_mish_rounds[(min(n_tiles, split),)](*args, PHASE=phase, **meta)
-            return 2
-        per_sm = resident_programs(_gn_mish_rounds, args, dict(meta, PHASE=0), warps)
-        progs = min(n_tiles, split * (sms * per_sm // split))
-        if progs < split:
-            raise ValueError(f"groupnorm_mish: SYNC=2 needs a group's {split} programs "
-                             f"resident together: {sms * per_sm} fit here")
-        # a cooperative launch: all programs resident, or an error (never a hang)
-        _gn_mish_rounds[(progs,)](*args, PHASE=0, launch_cooperative_grid=True, **meta)
-        return 1
 
     if config is None:
         config = _tuner.pick((N, C, hw, num_groups, x.dtype),

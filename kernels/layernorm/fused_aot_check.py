@@ -161,18 +161,6 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
             picked = (cands[:1] + [c for c in cands if c[3] and not c[4]][:1]
                       + [c for c in cands if c[4]][:1]) if quick else cands
             for block, warps, stages, split, sync in picked:
-                if sync == 2:
-                    cb, hb, nct, nht = tgm.sync_tiles(cpg, hw, block)
-                    yield build(tgm._gn_mish_rounds, "groupnorm_mish",
-                                f"HW={hw} rounds {nct * nht}x {cb}x{hb} w{warps}",
-                                {"x_ptr": t, "w_ptr": t, "b_ptr": t, "y_ptr": t,
-                                 "part_ptr": "*fp32", "cnt_ptr": "*i64", "CPG": "i32",
-                                 "G": "i32", "eps": "fp32", "n_tiles": "i32"},
-                                {"HW": hw, "CB": cb, "HB": hb, "NCT": nct, "NHT": nht,
-                                 "S_P2": triton.next_power_of_2(nct * nht),
-                                 "EVEN": cpg % cb == 0 and hw % hb == 0, "PHASE": 0,
-                                 "FAST": True}, warps)
-                    continue
                 if sync:
                     cb, hb, nct, nht = tgm.sync_tiles(cpg, hw, block)
                     yield build(tgm._gn_mish_sync, "groupnorm_mish",

@@ -157,38 +157,6 @@ def test_sync_form(shape, block, dtype):
     assert int(cnt[0]) > 0 and not (cnt[:groups] % config[3]).any()
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("shape,block", [
-    ((2, 32, 16, 16, 8), 256),   # even tiles: 4 per group, 16 groups
-    ((1, 30, 5, 7, 3), 64),      # ragged pixel tile, 10 per group
-    ((2, 12, 3, 3, 2), 64),      # ragged channel tile, 2 per group
-    ((1, 30, 5, 7, 3), 32),      # ragged in both
-])
-def test_rounds_form(shape, block, dtype):
-    """SYNC = 2, persistent programs walking the tiles in rounds (each program's next tile
-    loaded before its wait): on CPU one set of S programs runs every round in two halves;
-    correct, the same numbers as the synchronised form, counters left multiples of S."""
-    config = _sync(shape, block)[:4] + (2,)
-    impl = _impl(lambda x, w, b, groups, out=None:
-                 tgm.groupnorm_mish(x, groups, w, b, out=out, config=config))
-    res = check(OP, impl, _p(*shape), dtype, "cpu")
-    assert res.correct, res.error
-    assert tgm.kernels_launched() == 2
-    cnt = tgm._arrivals[("cpu", 0, config[3])]
-    groups = shape[0] * shape[4]
-    assert int(cnt[0]) > 0 and not (cnt[:groups] % config[3]).any()
-    x = torch.randn(*shape[:4]) * 3 + 5
-    w, b = torch.rand(shape[1]) + 0.5, torch.randn(shape[1])
-    assert torch.equal(tgm.groupnorm_mish(x, shape[4], w, b, config=config),
-                       tgm.groupnorm_mish(x, shape[4], w, b, config=_sync(shape, block)))
-
-
-def test_rounds_config_checked():
-    x, w, b = torch.randn(1, 8, 4, 4), torch.ones(8), torch.zeros(8)
-    with pytest.raises(ValueError, match="SYNC=2 .* SPLIT must be 4, not 3"):
-        tgm.groupnorm_mish(x, 2, w, b, config=(16, 1, 1, 3, 2))
-
-
 def test_sync_one_program_waits_in_kernel():
     """S = 1 runs the whole kernel in one launch, its wait loop included (the count is in
     as soon as the program arrives), and the counters advance by one per call."""
