@@ -99,8 +99,8 @@ last_kernels = 1  # kernels the last call launched (the check pass records it)
 
 @triton.jit
 def _mish_affine(x, a, b, FAST: tl.constexpr, OUT: tl.constexpr):
-    """mish(v) of v = x·a + b (a and b per channel row: [CB] vectors, x a [CB, HB] tile), for
-    an output of dtype OUT.
+    """mish(v) of v = x·a + b (a and b per channel row: [CB] vectors, x a [CB, HB] tile), in
+    the output's dtype OUT.
 
     mish(v) = v · n / (n + 2), n = e(e + 2), e = exp(v) (tanh(log(1 + e)) without tanh or log).
     16-bit outputs on the GPU take it as v - v·r, r = 1 / q = 2 / (n + 2), q = h(2h + 2) + 1
@@ -115,32 +115,36 @@ def _mish_affine(x, a, b, FAST: tl.constexpr, OUT: tl.constexpr):
     """
     LOG2E: tl.constexpr = 1.4426950408889634
     v = x * a[:, None] + b[:, None]
-    if FAST and OUT != tl.float32:
-        # s is made from v (not from x): one value per element stays live across the exponent
-        # and the reciprocal, not two (the synchronised form holds 64 per thread: 96
-        # registers, not 167). ex2.approx.ftz: no denormal fix-up (2 instructions, not 5)
-        h = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r",
-                                      [tl.minimum(v * LOG2E - 1.0, 28.0)], dtype=tl.float32,
-                                      is_pure=True, pack=1)
+    if OUT != tl.float32:
+        # the exponent is made from v (not from x): one value per element stays live across
+        # the exponent and the reciprocal, not two (the synchronised form holds 64 per thread:
+        # 96 registers, not 167)
+        s = tl.minimum(v * LOG2E - 1.0, 28.0)
+        if FAST:  # ex2.approx.ftz: no denormal fix-up (2 instructions, not 5)
+            h = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [s],
+                                          dtype=tl.float32, is_pure=True, pack=1)
+        else:  # the CPU interpreter has no inline PTX
+            h = tl.exp2(s)
         q = h * (2.0 * h + 2.0) + 1.0
-        r = tl.inline_asm_elementwise(
-            "{ .reg .f32 p, rp; mul.f32 p, $2, $3; rcp.approx.ftz.f32 rp, p;"
-            " mul.f32 $0, rp, $3; mul.f32 $1, rp, $2; }",
-            "=r,=r,r,r", [q], dtype=tl.float32, is_pure=True, pack=2)
-        return v - v * r
-    elif FAST:  # fp32 out: e = exp(min(v, 20)), a fast (2 ulp) division
+        if FAST:  # one rcp.approx for a pair of elements
+            r = tl.inline_asm_elementwise(
+                "{ .reg .f32 p, rp; mul.f32 p, $2, $3; rcp.approx.ftz.f32 rp, p;"
+                " mul.f32 $0, rp, $3; mul.f32 $1, rp, $2; }",
+                "=r,=r,r,r", [q], dtype=tl.float32, is_pure=True, pack=2)
+        else:
+            r = 1.0 / q
+        y = v - v * r
+    elif FAST:  # fp32 out: e = exp(min(v, 20)) and a fast (2 ulp) division
         e = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r",
                                       [tl.minimum(v, 20.0) * LOG2E], dtype=tl.float32,
                                       is_pure=True, pack=1)
         n = e * (e + 2.0)
-        return libdevice.fast_dividef(v * n, n + 2.0)
-    elif OUT != tl.float32:  # the CPU interpreter (no inline PTX): the GPU's algebra
-        h = tl.exp2(tl.minimum(v * LOG2E - 1.0, 28.0))
-        return v - v / (h * (2.0 * h + 2.0) + 1.0)
+        y = libdevice.fast_dividef(v * n, n + 2.0)
     else:
         e = tl.exp(tl.minimum(v, 20.0))
         n = e * (e + 2.0)
-        return v * n / (n + 2.0)
+        y = v * n / (n + 2.0)
+    return y.to(OUT)
 
 
 @triton.jit
@@ -201,8 +205,7 @@ def _chunk_apply(x_ptr, w_ptr, b_ptr, y_ptr, base, wc, c0, c1, mean, rstd,
         v = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
         # (x - mean) first: folding mean into the bias would cancel badly when |mean| >> std
         # (a constant group: x - mean is exactly 0, x·a - mean·a is mean·a's rounding)
-        out = y_ptr.dtype.element_ty
-        tl.store(y_ptr + offs, _mish_affine(v - mean, rstd * gw, gb, FAST, out).to(out),
+        tl.store(y_ptr + offs, _mish_affine(v - mean, rstd * gw, gb, FAST, y_ptr.dtype.element_ty),
                  mask=mask)
 
 
@@ -228,8 +231,8 @@ def _gn_mish(x_ptr, w_ptr, b_ptr, y_ptr, CPG, G, eps,
         gw = tl.load(w_ptr + g * CPG + cl, mask=cl < CPG, other=0.0).to(tl.float32)
         gb = tl.load(b_ptr + g * CPG + cl, mask=cl < CPG, other=0.0).to(tl.float32)
         # write L elements of y
-        out = y_ptr.dtype.element_ty
-        tl.store(y_ptr + offs, _mish_affine(d, rstd * gw, gb, FAST, out).to(out), mask=mask)
+        tl.store(y_ptr + offs, _mish_affine(d, rstd * gw, gb, FAST, y_ptr.dtype.element_ty),
+                 mask=mask)
     else:
         shift = tl.load(x_ptr + base).to(tl.float32)
         s1, s2 = _chunk_sums(x_ptr, base, 0, CPG, shift, HW, CB, HB, NHT, STAGES, "")
@@ -327,8 +330,8 @@ def _gn_mish_sync(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, CPG, G, eps,
         # (x - mean) a + b = d a + (b - m1 a): one FMA per element, no cancellation (d and m1
         # are both relative to the shift, an element of the group)
         # write CB x HB of y
-        out = y_ptr.dtype.element_ty
-        tl.store(y_ptr + offs, _mish_affine(d, a, gb - m1 * a, FAST, out).to(out), mask=mask)
+        tl.store(y_ptr + offs, _mish_affine(d, a, gb - m1 * a, FAST, y_ptr.dtype.element_ty),
+                 mask=mask)
 
 
 def chunks(cpg: int, split: int) -> tuple[int, int]:

@@ -212,8 +212,7 @@ def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, mean: torc
                                STAGES=stages, PDL=pdl, num_warps=warps)
         bp, bc = colsum_tiles(progs, N, sms)
         _ln_bwd_colsum[(triton.cdiv(N, bc),)](dwp, dbp, dw, db, progs, N, BLOCK_P=bp,
-                                              BLOCK_C=bc, PDL=pdl, num_warps=4,
-                                              **({"launch_pdl": True} if pdl else {}))
+                                              BLOCK_C=bc, PDL=pdl, num_warps=4, launch_pdl=pdl)
 
     if config is None:
         config = _tuner.pick((M, N, x.dtype, sms), configs(M, N, x.element_size()), launch)

@@ -135,14 +135,11 @@ def _assert_pipelined_builds():
             assert k.stack == 0, k
     # the backward's two kernels as a programmatic dependent launch: the rows kernel lets the
     # column sum launch, the column sum waits for it (griddepcontrol), and neither without PDL
-    from kernels._aot import compile_cost
-
     cs = {"dwp_ptr": "*fp32", "dbp_ptr": "*fp32", "dw_ptr": "*fp16", "db_ptr": "*fp16",
-          "P": "i32", "N": "i32", "BLOCK_P": "constexpr", "BLOCK_C": "constexpr",
-          "PDL": "constexpr"}
+          "P": "i32", "N": "i32"}
     for pdl in (True, False):
-        c = compile_cost(tlb._ln_bwd_colsum, cs, {"BLOCK_P": 512, "BLOCK_C": 8, "PDL": pdl},
-                         ["dwp_ptr", "dbp_ptr", "dw_ptr", "db_ptr", "N"], 4, 1)
+        c = build(tlb._ln_bwd_colsum, "layernorm_bwd", "", cs,
+                  {"BLOCK_P": 512, "BLOCK_C": 8, "PDL": pdl}, 4, aligned=("N",))
         r = build(tlb._ln_bwd_rows, "layernorm_bwd", "", lb,
                   {"ROWS": 1, "BLOCK_N": 1024, "STAGES": 1, "PDL": pdl}, 1,
                   aligned=("N", "x_stride", "dy_stride", "dx_stride"))
