@@ -68,6 +68,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from kernels._cluster import MAX_CLUSTER, launch_clusters
 from kernels._common import Tuner, sm_count
 
 MAX_ONE_TILE = 16384  # elements of a group kept in registers by the one-pass variant
@@ -76,7 +77,7 @@ MAX_SPLIT = 64
 _tuner = Tuner("groupnorm_mish", ("BLOCK", "num_warps", "STAGES", "SPLIT", "SYNC"),
                values={"BLOCK": tuple(2 ** i for i in range(6, 15)), "num_warps": (1, 2, 4, 8, 16),
                        "STAGES": (1, 2, 3, 4), "SPLIT": tuple(range(MAX_SPLIT + 1)),
-                       "SYNC": (0, 1)})
+                       "SYNC": (0, 1, 2, 3)})
 # one-kernel two-pass candidates (BLOCK, num_warps, STAGES): unpipelined, and the tile loops
 # pipelined 2-4 deep (STAGES - 1 tiles of BLOCK elements in shared memory per program)
 TWO_PASS = ((4096, 8, 1), (8192, 16, 1), (4096, 8, 3), (8192, 16, 3), (2048, 4, 3),
@@ -92,7 +93,7 @@ SPLIT_BELOW = 2
 # (two block reductions, the partials, the wait: ~250 instructions per thread) is spread over
 # more elements (H200, first version: 4096 x 4 warps 32.7 us, 4096 x 8 warps 37.1 us)
 SYNC_TILES = ((4096, 4), (8192, 4), (4096, 2), (8192, 8), (16384, 8))
-MAX_CONFIGS = 14
+MAX_CONFIGS = 24
 _arrivals: dict = {}  # (device, stream, S) -> int64 arrival counters of the synchronised form
 last_kernels = 1  # kernels the last call launched (the check pass records it)
 
@@ -307,7 +308,21 @@ def _gn_mish_sync(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, CPG, G, eps,
         # issued by thread 0 alone, so the release orders the partials before the count
         tl.store(part_ptr + 2 * pid, tl.sum(tl.sum(d, axis=1), axis=0))
         tl.store(part_ptr + 2 * pid + 1, tl.sum(tl.sum(d * d, axis=1), axis=0))
-        arrived = tl.atomic_add(cnt_ptr + grp, 1, sem="release")
+        if PHASE == 3:
+            # the group is one thread-block cluster (launched as one: its S programs are
+            # resident together by construction): its hardware barrier, release/acquire at
+            # cluster scope, orders each program's partials before the others' reads
+            tl.inline_asm_elementwise(
+                "barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;"
+                "\n\tmov.b32 $0, $1;", "=r,r", [pid], dtype=tl.int32, is_pure=False, pack=1)
+        elif PHASE == 4:
+            tl.inline_asm_elementwise(
+                "{ .reg .pred p; .reg .u32 t; mov.u32 t, %tid.x; setp.lt.u32 p, t, 32;\n\t"
+                "@p fence.acq_rel.cluster;\n\tbarrier.cluster.arrive.relaxed.aligned;\n\t"
+                "barrier.cluster.wait.acquire.aligned;\n\tmov.b32 $0, $1; }", "=r,r", [pid],
+                dtype=tl.int32, is_pure=False, pack=1)
+        else:
+            arrived = tl.atomic_add(cnt_ptr + grp, 1, sem="release")
         if PHASE == 0:
             # wait for the group's other S - 1 programs: the count reaches the next multiple
             # of S above the one this program arrived at (acquire: their partials visible)
@@ -356,7 +371,8 @@ def sync_tiles(cpg: int, hw: int, block: int) -> tuple[int, int, int, int]:
 
 
 def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1,
-            max_sync: int | None = None) -> list[tuple[int, int, int, int, int]]:
+            max_sync: int | None = None,
+            cluster: bool = False) -> list[tuple[int, int, int, int, int]]:
     """(BLOCK, num_warps, STAGES, SPLIT, SYNC) candidates for `groups` groups on `sms` SMs;
     the first is the untimed default.
 
@@ -371,10 +387,12 @@ def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1,
     if one <= MAX_ONE_TILE:  # no loop: nothing to pipeline
         out += [(one, w, 1, 0, 0) for w in (8, 16, 4) if 4 <= one // (32 * w) <= 64]
     out += [(*c, 0, 0) for c in TWO_PASS if c[0] < one][:6]
-    for block, warps in SYNC_TILES:
-        _, _, nct, nht = sync_tiles(cpg, hw, block)
-        if 2 <= nct * nht <= (max_sync or min(MAX_SPLIT, sms)):
-            out.append((block, warps, 1, nct * nht, 1))
+    for sync in (1, 2, 3) if cluster else (1,):
+        for block, warps in SYNC_TILES:
+            _, _, nct, nht = sync_tiles(cpg, hw, block)
+            if 2 <= nct * nht <= (max_sync or min(MAX_SPLIT, sms)) and (
+                    sync == 1 or nct * nht <= MAX_CLUSTER):
+                out.append((block, warps, 1, nct * nht, sync))
     seen = set()
     for chunk in SPLIT_CHUNKS if groups < SPLIT_BELOW * sms else ():
         split, cpc = chunks(cpg, triton.cdiv(cpg, max(1, chunk // hw)))
@@ -442,9 +460,28 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
         if sync:
             cb, hb, nct, nht = sync_tiles(cpg, hw, block)
             if split != nct * nht:
-                raise ValueError(f"groupnorm_mish: SYNC=1 with BLOCK={block} cuts a group of "
-                                 f"{cpg}x{hw} into {nct * nht} tiles: SPLIT must be "
+                raise ValueError(f"groupnorm_mish: SYNC={sync} with BLOCK={block} cuts a group "
+                                 f"of {cpg}x{hw} into {nct * nht} tiles: SPLIT must be "
                                  f"{nct * nht}, not {split}")
+            if sync >= 2:
+                if split > MAX_CLUSTER:
+                    raise ValueError(f"groupnorm_mish: SYNC={sync} makes a group of {split} "
+                                     f"programs one cluster: at most {MAX_CLUSTER} (a larger "
+                                     f"BLOCK, or SYNC=1)")
+                part = torch.empty(2 * groups * split, device=x.device, dtype=torch.float32)
+                if fast:
+                    launch_clusters(_gn_mish_sync, groups, split, x, w, b, y, part, part, cpg,
+                                    num_groups, eps, HW=hw, CB=cb, HB=hb, NCT=nct, NHT=nht,
+                                    S_P2=triton.next_power_of_2(split), PHASE=sync + 1,
+                                    FAST=True, num_warps=warps)
+                    return 1
+                cnt = arrival_counters(x.device, split, groups)
+                for phase in (1, 2):  # the interpreter: the two halves (no cluster barrier)
+                    _gn_mish_sync[(groups * split,)](
+                        x, w, b, y, part, cnt, cpg, num_groups, eps, HW=hw, CB=cb, HB=hb,
+                        NCT=nct, NHT=nht, S_P2=triton.next_power_of_2(split), PHASE=phase,
+                        FAST=False, num_warps=warps)
+                return 2
             if resident and split > resident:
                 raise ValueError(f"groupnorm_mish: SYNC=1 needs the group's {split} programs "
                                  f"resident together: at most {resident} here (a larger BLOCK)")
@@ -477,7 +514,8 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
 
     if config is None:
         config = _tuner.pick((N, C, hw, num_groups, x.dtype),
-                             configs(cpg, hw, groups, sm_count(x.device), resident or MAX_SPLIT),
+                             configs(cpg, hw, groups, sm_count(x.device), resident or MAX_SPLIT,
+                                     fast and torch.cuda.get_device_capability(x.device)[0] >= 9),
                              launch)
     last_kernels = launch(config)
     return y
