@@ -68,16 +68,15 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from kernels._cluster import MAX_CLUSTER, launch_clusters
 from kernels._common import Tuner, sm_count
 
 MAX_ONE_TILE = 16384  # elements of a group kept in registers by the one-pass variant
 MAX_SPLIT = 64
 # candidates per shape (configs()); BLOCK: any power of two up to MAX_ONE_TILE
-_tuner = Tuner("groupnorm_mish", ("BLOCK", "num_warps", "STAGES", "SPLIT", "SYNC"),
+_tuner = Tuner("groupnorm_mish", ("BLOCK", "num_warps", "STAGES", "SPLIT", "SYNC", "ROWS"),
                values={"BLOCK": tuple(2 ** i for i in range(6, 15)), "num_warps": (1, 2, 4, 8, 16),
                        "STAGES": (1, 2, 3, 4), "SPLIT": tuple(range(MAX_SPLIT + 1)),
-                       "SYNC": (0, 1, 2, 3)})
+                       "SYNC": (0, 1), "ROWS": (0, 1, 2, 4, 8)})
 # one-kernel two-pass candidates (BLOCK, num_warps, STAGES): unpipelined, and the tile loops
 # pipelined 2-4 deep (STAGES - 1 tiles of BLOCK elements in shared memory per program)
 TWO_PASS = ((4096, 8, 1), (8192, 16, 1), (4096, 8, 3), (8192, 16, 3), (2048, 4, 3),
@@ -93,7 +92,7 @@ SPLIT_BELOW = 2
 # (two block reductions, the partials, the wait: ~250 instructions per thread) is spread over
 # more elements (H200, first version: 4096 x 4 warps 32.7 us, 4096 x 8 warps 37.1 us)
 SYNC_TILES = ((4096, 4), (8192, 4), (4096, 2), (8192, 8), (16384, 8))
-MAX_CONFIGS = 24
+MAX_CONFIGS = 30
 _arrivals: dict = {}  # (device, stream, S) -> int64 arrival counters of the synchronised form
 last_kernels = 1  # kernels the last call launched (the check pass records it)
 
@@ -184,6 +183,28 @@ def _chunk_sums(x_ptr, base, c0, c1, shift, HW: tl.constexpr, CB: tl.constexpr,
 
 
 @triton.jit
+def _flat_sums(x_ptr, base, L, x0, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """Sums of (x - x0) and its square over the L contiguous elements at `base` (a whole
+    group: channels need not be told apart for its statistics), ROWS x COLS per step.
+
+    COLS = one 16-byte vector per thread: the ROWS vectors of a thread are loaded by one
+    load (ROWS x 16 bytes in flight per thread before any is used: ptxas does not hoist the
+    loads of a second tile above the adds of the first), then added across rows within the
+    thread; the accumulators stay COLS wide whatever ROWS is."""
+    r = tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :]
+    shift = x0.to(tl.float32)
+    s1 = tl.zeros([COLS], tl.float32)
+    s2 = tl.zeros([COLS], tl.float32)
+    for i in range(0, tl.cdiv(L, ROWS * COLS)):
+        o = i * (ROWS * COLS) + r
+        # read ROWS x COLS of x (first pass, DRAM); past the end read as x0: adds 0
+        v = tl.load(x_ptr + base + o, mask=o < L, other=x0).to(tl.float32) - shift
+        s1 += tl.sum(v, axis=0)
+        s2 += tl.sum(v * v, axis=0)
+    return tl.sum(s1, axis=0), tl.sum(s2, axis=0)
+
+
+@triton.jit
 def _chunk_apply(x_ptr, w_ptr, b_ptr, y_ptr, base, wc, c0, c1, mean, rstd,
                  HW: tl.constexpr, CB: tl.constexpr, HB: tl.constexpr, NHT: tl.constexpr,
                  STAGES: tl.constexpr, FAST: tl.constexpr, EVICT: tl.constexpr):
@@ -213,7 +234,8 @@ def _chunk_apply(x_ptr, w_ptr, b_ptr, y_ptr, base, wc, c0, c1, mean, rstd,
 @triton.jit
 def _gn_mish(x_ptr, w_ptr, b_ptr, y_ptr, CPG, G, eps,
              HW: tl.constexpr, CB: tl.constexpr, HB: tl.constexpr, NHT: tl.constexpr,
-             ONE_TILE: tl.constexpr, STAGES: tl.constexpr, FAST: tl.constexpr):
+             ONE_TILE: tl.constexpr, STAGES: tl.constexpr, FAST: tl.constexpr,
+             ROWS: tl.constexpr = 0, COLS: tl.constexpr = 0):
     pid = tl.program_id(0)  # group index n * G + g
     g = pid % G
     base = pid.to(tl.int64) * CPG * HW  # (n*C + g*CPG) * HW
@@ -235,8 +257,12 @@ def _gn_mish(x_ptr, w_ptr, b_ptr, y_ptr, CPG, G, eps,
         tl.store(y_ptr + offs, _mish_affine(d, rstd * gw, gb, FAST, y_ptr.dtype.element_ty),
                  mask=mask)
     else:
-        shift = tl.load(x_ptr + base).to(tl.float32)
-        s1, s2 = _chunk_sums(x_ptr, base, 0, CPG, shift, HW, CB, HB, NHT, STAGES, "")
+        x0 = tl.load(x_ptr + base)
+        shift = x0.to(tl.float32)
+        if ROWS:
+            s1, s2 = _flat_sums(x_ptr, base, L, x0, ROWS, COLS)
+        else:
+            s1, s2 = _chunk_sums(x_ptr, base, 0, CPG, shift, HW, CB, HB, NHT, STAGES, "")
         mean, rstd = _stats(s1, s2, shift, L, eps)
         _chunk_apply(x_ptr, w_ptr, b_ptr, y_ptr, base, g * CPG, 0, CPG, mean, rstd, HW, CB, HB,
                      NHT, STAGES, FAST, "")
@@ -308,21 +334,7 @@ def _gn_mish_sync(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, CPG, G, eps,
         # issued by thread 0 alone, so the release orders the partials before the count
         tl.store(part_ptr + 2 * pid, tl.sum(tl.sum(d, axis=1), axis=0))
         tl.store(part_ptr + 2 * pid + 1, tl.sum(tl.sum(d * d, axis=1), axis=0))
-        if PHASE == 3:
-            # the group is one thread-block cluster (launched as one: its S programs are
-            # resident together by construction): its hardware barrier, release/acquire at
-            # cluster scope, orders each program's partials before the others' reads
-            tl.inline_asm_elementwise(
-                "barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;"
-                "\n\tmov.b32 $0, $1;", "=r,r", [pid], dtype=tl.int32, is_pure=False, pack=1)
-        elif PHASE == 4:
-            tl.inline_asm_elementwise(
-                "{ .reg .pred p; .reg .u32 t; mov.u32 t, %tid.x; setp.lt.u32 p, t, 32;\n\t"
-                "@p fence.acq_rel.cluster;\n\tbarrier.cluster.arrive.relaxed.aligned;\n\t"
-                "barrier.cluster.wait.acquire.aligned;\n\tmov.b32 $0, $1; }", "=r,r", [pid],
-                dtype=tl.int32, is_pure=False, pack=1)
-        else:
-            arrived = tl.atomic_add(cnt_ptr + grp, 1, sem="release")
+        arrived = tl.atomic_add(cnt_ptr + grp, 1, sem="release")
         if PHASE == 0:
             # wait for the group's other S - 1 programs: the count reaches the next multiple
             # of S above the one this program arrived at (acquire: their partials visible)
@@ -371,8 +383,7 @@ def sync_tiles(cpg: int, hw: int, block: int) -> tuple[int, int, int, int]:
 
 
 def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1,
-            max_sync: int | None = None,
-            cluster: bool = False) -> list[tuple[int, int, int, int, int]]:
+            max_sync: int | None = None) -> list[tuple[int, int, int, int, int]]:
     """(BLOCK, num_warps, STAGES, SPLIT, SYNC) candidates for `groups` groups on `sms` SMs;
     the first is the untimed default.
 
@@ -385,14 +396,14 @@ def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1,
     one = triton.next_power_of_2(cpg) * triton.next_power_of_2(hw)
     out = []
     if one <= MAX_ONE_TILE:  # no loop: nothing to pipeline
-        out += [(one, w, 1, 0, 0) for w in (8, 16, 4) if 4 <= one // (32 * w) <= 64]
-    out += [(*c, 0, 0) for c in TWO_PASS if c[0] < one][:6]
-    for sync in (1, 2, 3) if cluster else (1,):
-        for block, warps in SYNC_TILES:
-            _, _, nct, nht = sync_tiles(cpg, hw, block)
-            if 2 <= nct * nht <= (max_sync or min(MAX_SPLIT, sms)) and (
-                    sync == 1 or nct * nht <= MAX_CLUSTER):
-                out.append((block, warps, 1, nct * nht, sync))
+        out += [(one, w, 1, 0, 0, 0) for w in (8, 16, 4) if 4 <= one // (32 * w) <= 64]
+    two = [c for c in TWO_PASS if c[0] < one][:6]
+    out += [(*c, 0, 0, 0) for c in two]
+    out += [(*c, 0, 0, r) for r in (2, 4, 8) for c in two if c[2] == 1]
+    for block, warps in SYNC_TILES:
+        _, _, nct, nht = sync_tiles(cpg, hw, block)
+        if 2 <= nct * nht <= (max_sync or min(MAX_SPLIT, sms)):
+            out.append((block, warps, 1, nct * nht, 1, 0))
     seen = set()
     for chunk in SPLIT_CHUNKS if groups < SPLIT_BELOW * sms else ():
         split, cpc = chunks(cpg, triton.cdiv(cpg, max(1, chunk // hw)))
@@ -401,10 +412,10 @@ def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1,
         seen.add(split)
         elems = triton.next_power_of_2(cpc) * triton.next_power_of_2(hw)
         block = min(8192, elems)
-        out.append((block, 8 if block >= 4096 else 4, 1, split, 0))
+        out.append((block, 8 if block >= 4096 else 4, 1, split, 0, 0))
         if elems > block:  # a chunk of several tiles: also pipelined
-            out.append((block, 8, 2, split, 0))
-    return out[:MAX_CONFIGS] or [(one, 4, 1, 0, 0)]
+            out.append((block, 8, 2, split, 0, 0))
+    return out[:MAX_CONFIGS] or [(one, 4, 1, 0, 0, 0)]
 
 
 def arrival_counters(device: torch.device, split: int, groups: int) -> torch.Tensor:
@@ -456,32 +467,14 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
     resident = min(MAX_SPLIT, sm_count(x.device)) if fast else None
 
     def launch(cfg) -> int:
-        block, warps, stages, split, sync = (tuple(cfg) + (0, 0))[:5]
+        vals = tuple(cfg)
+        block, warps, stages, split, sync, rows = vals + (0, 0, 0)[len(vals) - 3:]
         if sync:
             cb, hb, nct, nht = sync_tiles(cpg, hw, block)
             if split != nct * nht:
-                raise ValueError(f"groupnorm_mish: SYNC={sync} with BLOCK={block} cuts a group "
-                                 f"of {cpg}x{hw} into {nct * nht} tiles: SPLIT must be "
+                raise ValueError(f"groupnorm_mish: SYNC=1 with BLOCK={block} cuts a group of "
+                                 f"{cpg}x{hw} into {nct * nht} tiles: SPLIT must be "
                                  f"{nct * nht}, not {split}")
-            if sync >= 2:
-                if split > MAX_CLUSTER:
-                    raise ValueError(f"groupnorm_mish: SYNC={sync} makes a group of {split} "
-                                     f"programs one cluster: at most {MAX_CLUSTER} (a larger "
-                                     f"BLOCK, or SYNC=1)")
-                part = torch.empty(2 * groups * split, device=x.device, dtype=torch.float32)
-                if fast:
-                    launch_clusters(_gn_mish_sync, groups, split, x, w, b, y, part, part, cpg,
-                                    num_groups, eps, HW=hw, CB=cb, HB=hb, NCT=nct, NHT=nht,
-                                    S_P2=triton.next_power_of_2(split), PHASE=sync + 1,
-                                    FAST=True, num_warps=warps)
-                    return 1
-                cnt = arrival_counters(x.device, split, groups)
-                for phase in (1, 2):  # the interpreter: the two halves (no cluster barrier)
-                    _gn_mish_sync[(groups * split,)](
-                        x, w, b, y, part, cnt, cpg, num_groups, eps, HW=hw, CB=cb, HB=hb,
-                        NCT=nct, NHT=nht, S_P2=triton.next_power_of_2(split), PHASE=phase,
-                        FAST=False, num_warps=warps)
-                return 2
             if resident and split > resident:
                 raise ValueError(f"groupnorm_mish: SYNC=1 needs the group's {split} programs "
                                  f"resident together: at most {resident} here (a larger BLOCK)")
@@ -498,7 +491,8 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
             cb, hb, one = tile(cpg, hw, block)
             _gn_mish[(groups,)](x, w, b, y, cpg, num_groups, eps, HW=hw, CB=cb, HB=hb,
                                 NHT=triton.cdiv(hw, hb), ONE_TILE=one, STAGES=stages,
-                                FAST=fast, num_warps=warps)
+                                FAST=fast, ROWS=rows, COLS=32 * warps * (16 // x.element_size()),
+                                num_warps=warps)
             return 1
         split, cpc = chunks(cpg, split)
         cb, hb, _ = tile(cpc, hw, block)
@@ -514,8 +508,7 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
 
     if config is None:
         config = _tuner.pick((N, C, hw, num_groups, x.dtype),
-                             configs(cpg, hw, groups, sm_count(x.device), resident or MAX_SPLIT,
-                                     fast and torch.cuda.get_device_capability(x.device)[0] >= 9),
+                             configs(cpg, hw, groups, sm_count(x.device), resident or MAX_SPLIT),
                              launch)
     last_kernels = launch(config)
     return y
