@@ -277,8 +277,9 @@ def _tile_rev(base, t, n_tiles, CPG, HW: tl.constexpr, CB: tl.constexpr, HB: tl.
     """(offsets, mask, channels, channel mask) of the group at `base`'s tile n_tiles - 1 - t
     (the tiles in reverse; none past the first)."""
     tr = n_tiles - 1 - t
-    c = (tr // NHT) * CB + tl.arange(0, CB)
-    h = (tr % NHT) * HB + tl.arange(0, HB)
+    tc = tl.maximum(tr, 0)  # past the first tile: tile 0, masked off
+    c = (tc // NHT) * CB + tl.arange(0, CB)
+    h = (tc % NHT) * HB + tl.arange(0, HB)
     c_ok = c < tl.where(tr >= 0, CPG, 0)
     return (base + c[:, None] * HW + h[None, :], c_ok[:, None] & (h < HW)[None, :], c, c_ok)
 
