@@ -18,6 +18,14 @@ row of the tile). Three forms, all timed by the Tuner (`SPLIT` and `SYNC` fields
   On an H200 this form reached 40-50 % of the DRAM roof at the SD U-Net shapes (ncu: SM 66 %,
   top stalls long_scoreboard and barrier, occupancy 40 %): each program walks 80-320 KiB
   alone, a few programs per SM, and there are only 128-512 groups.
+  ROWS = R > 0 (`_flat_sums`): the first pass reads the group as one flat run (a group's
+  statistics need no channels), R x COLS elements per step, COLS one 16-byte vector per
+  thread: the R vectors of a thread come from one load, all in flight before any is added
+  (the tile loop's SASS issues a tile's loads only after the previous tile's adds: 32 bytes
+  per thread in flight). H200, runs ...-tune-groupnorm-mish-e11d and ...-groupnorm-mish-d71b:
+  fp16 80 MiB shapes 29.0-29.6 us with ROWS 4 (30.1-31.0 without: 72 % -> 76-77 % of a
+  same-size copy); ncu: the first pass's load still holds a third of the warp samples
+  (long_scoreboard).
 - SPLIT = S >= 1 (SYNC = 0), two kernels, S programs per group, each owning a chunk of ceil(CPG / S)
   whole channels: `_gn_partials` writes each chunk's shifted sums (2 fp32, the group's
   shift shared by its chunks, so the partials add exactly), `_gn_apply` adds its group's S
@@ -51,6 +59,14 @@ row of the tile). Three forms, all timed by the Tuner (`SPLIT` and `SYNC` fields
   set by registers; holding the tile as packed 16-bit pairs needed no fewer registers in an
   sm_90 build, the Mish stage's temporaries set the count).
 
+Tried on an H200 and not kept (runs ...-tune-groupnorm-mish-cbc0, ...-38fa/c42e): the
+synchronised form as thread-block clusters (a group's S <= 16 programs one cluster, synchronised
+by barrier.cluster instead of the arrival counters: 31.3-34.0 us at 80 MiB, the counters' form
+31.6-32.6, so the synchronisation is not what that form waits on); the two-pass form as
+persistent programs reading the next group's first pass in the loop that normalises the
+current one (DRAM reads and writes together, as in a copy): 35-48 us, one step of lookahead
+per program is too few bytes in flight.
+
 Mish without tanh/log: with e = exp(v), tanh(log(1 + e)) = e(e + 2) / (e(e + 2) + 2), so
 mish(v) = v · n / (n + 2), n = e(e + 2) (`_mish_affine`: for 16-bit outputs one ex2.approx.ftz
 per element and one reciprocal per two elements). The element-wise work, not DRAM, set the pace
@@ -73,10 +89,10 @@ from kernels._common import Tuner, sm_count
 MAX_ONE_TILE = 16384  # elements of a group kept in registers by the one-pass variant
 MAX_SPLIT = 64
 # candidates per shape (configs()); BLOCK: any power of two up to MAX_ONE_TILE
-_tuner = Tuner("groupnorm_mish", ("BLOCK", "num_warps", "STAGES", "SPLIT", "SYNC", "ROWS", "PERSIST"),
+_tuner = Tuner("groupnorm_mish", ("BLOCK", "num_warps", "STAGES", "SPLIT", "SYNC", "ROWS"),
                values={"BLOCK": tuple(2 ** i for i in range(6, 15)), "num_warps": (1, 2, 4, 8, 16),
                        "STAGES": (1, 2, 3, 4), "SPLIT": tuple(range(MAX_SPLIT + 1)),
-                       "SYNC": (0, 1), "ROWS": (0, 1, 2, 4, 8), "PERSIST": (0, 1, 2, 4)})
+                       "SYNC": (0, 1), "ROWS": (0, 1, 2, 4, 8)})
 # one-kernel two-pass candidates (BLOCK, num_warps, STAGES): unpipelined, and the tile loops
 # pipelined 2-4 deep (STAGES - 1 tiles of BLOCK elements in shared memory per program)
 TWO_PASS = ((4096, 8, 1), (8192, 16, 1), (4096, 8, 3), (8192, 16, 3), (2048, 4, 3),
@@ -92,10 +108,7 @@ SPLIT_BELOW = 2
 # (two block reductions, the partials, the wait: ~250 instructions per thread) is spread over
 # more elements (H200, first version: 4096 x 4 warps 32.7 us, 4096 x 8 warps 37.1 us)
 SYNC_TILES = ((4096, 4), (8192, 4), (4096, 2), (8192, 8), (16384, 8))
-# persistent two-pass candidates (BLOCK, num_warps, programs per SM), where there are more
-# groups than programs
-PERSIST = ((8192, 16, 1), (4096, 8, 1), (4096, 8, 2), (2048, 4, 2), (2048, 4, 4))
-MAX_CONFIGS = 30
+MAX_CONFIGS = 22
 _arrivals: dict = {}  # (device, stream, S) -> int64 arrival counters of the synchronised form
 last_kernels = 1  # kernels the last call launched (the check pass records it)
 
@@ -272,80 +285,6 @@ def _gn_mish(x_ptr, w_ptr, b_ptr, y_ptr, CPG, G, eps,
 
 
 @triton.jit
-def _tile_rev(base, t, n_tiles, CPG, HW: tl.constexpr, CB: tl.constexpr, HB: tl.constexpr,
-              NHT: tl.constexpr):
-    """(offsets, mask, channels, channel mask) of the group at `base`'s tile n_tiles - 1 - t
-    (the tiles in reverse; none past the first)."""
-    tr = n_tiles - 1 - t
-    tc = tl.maximum(tr, 0)  # past the first tile: tile 0, masked off
-    c = (tc // NHT) * CB + tl.arange(0, CB)
-    h = (tc % NHT) * HB + tl.arange(0, HB)
-    c_ok = c < tl.where(tr >= 0, CPG, 0)
-    return (base + c[:, None] * HW + h[None, :], c_ok[:, None] & (h < HW)[None, :], c, c_ok)
-
-
-@triton.jit
-def _gn_mish_persist(x_ptr, w_ptr, b_ptr, y_ptr, CPG, G, groups, eps,
-                     HW: tl.constexpr, CB: tl.constexpr, HB: tl.constexpr, NHT: tl.constexpr,
-                     ROWS: tl.constexpr, COLS: tl.constexpr, FAST: tl.constexpr):
-    """The two-pass form as persistent programs, each taking groups pid, pid + programs, ...
-    and reading the next group's first pass (DRAM) in the same loop as it normalises the
-    current group (its re-read from L2, and the writes of y): DRAM sees reads and writes at
-    once throughout, as in a copy, not a read phase then a write phase per group."""
-    pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
-    L = CPG * HW
-    n_tiles = tl.cdiv(CPG, CB) * NHT  # second-pass tiles of a group
-    n_iter = tl.maximum(n_tiles, tl.cdiv(L, ROWS * COLS))
-    r = tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :]
-    # the first group's first pass alone
-    base = pid.to(tl.int64) * L
-    x0 = tl.load(x_ptr + base)
-    s1, s2 = _flat_sums(x_ptr, base, L, x0, ROWS, COLS)
-    for grp in range(pid, groups, nprog):
-        base = tl.cast(grp, tl.int64) * L
-        mean, rstd = _stats(s1, s2, x0.to(tl.float32), L, eps)
-        wc = (grp % G) * CPG
-        nxt = grp + nprog
-        has_next = tl.cast(nxt, tl.int32) < groups  # (a tensor in the interpreter too)
-        nbase = tl.cast(nxt, tl.int64) * L
-        # read 1 element of the next group (its shift)
-        x0 = tl.load(x_ptr + nbase, mask=has_next, other=0.0)
-        shift = x0.to(tl.float32)
-        Ln = tl.where(has_next, L, 0)  # elements of the next group to read
-        a1 = tl.zeros([COLS], tl.float32)
-        a2 = tl.zeros([COLS], tl.float32)
-        # software-pipelined by hand, one step ahead: step t + 1's loads are issued before
-        # step t's data is used (in program order ptxas issues a load only after the uses
-        # that come before it)
-        v = tl.load(x_ptr + nbase + r, mask=r < Ln, other=x0)
-        offs, mask, c, c_ok = _tile_rev(base, 0, n_tiles, CPG, HW, CB, HB, NHT)
-        xv = tl.load(x_ptr + offs, mask=mask, other=0.0)
-        for t in range(0, n_iter):
-            # read ROWS x COLS of the next group's x (first pass, DRAM; past its end read as
-            # its shift: adds 0)
-            o = (t + 1) * (ROWS * COLS) + r
-            v_next = tl.load(x_ptr + nbase + o, mask=o < Ln, other=x0)
-            # read CB x HB of this group's x (second pass, L2: the latest read first)
-            offs_n, mask_n, _, _ = _tile_rev(base, t + 1, n_tiles, CPG, HW, CB, HB, NHT)
-            x_next = tl.load(x_ptr + offs_n, mask=mask_n, other=0.0)
-            vf = v.to(tl.float32) - shift
-            a1 += tl.sum(vf, axis=0)
-            a2 += tl.sum(vf * vf, axis=0)
-            # read CB of w and of b (L1/L2)
-            gw = tl.load(w_ptr + wc + c, mask=c_ok, other=0.0).to(tl.float32)
-            gb = tl.load(b_ptr + wc + c, mask=c_ok, other=0.0).to(tl.float32)
-            # write CB x HB of y
-            tl.store(y_ptr + offs, _mish_affine(xv.to(tl.float32) - mean, rstd * gw, gb, FAST,
-                                                y_ptr.dtype.element_ty), mask=mask)
-            v = v_next
-            xv = x_next
-            offs, mask, c, c_ok = _tile_rev(base, t + 1, n_tiles, CPG, HW, CB, HB, NHT)
-        s1 = tl.sum(a1, axis=0)
-        s2 = tl.sum(a2, axis=0)
-
-
-@triton.jit
 def _gn_partials(x_ptr, part_ptr, CPG, CPC, HW: tl.constexpr, CB: tl.constexpr,
                  HB: tl.constexpr, NHT: tl.constexpr, SPLIT: tl.constexpr,
                  STAGES: tl.constexpr):
@@ -473,16 +412,15 @@ def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1,
     one = triton.next_power_of_2(cpg) * triton.next_power_of_2(hw)
     out = []
     if one <= MAX_ONE_TILE:  # no loop: nothing to pipeline
-        out += [(one, w, 1, 0, 0, 0, 0) for w in (8, 16, 4) if 4 <= one // (32 * w) <= 64]
+        out += [(one, w, 1, 0, 0, 0) for w in (8, 16, 4) if 4 <= one // (32 * w) <= 64]
     two = [c for c in TWO_PASS if c[0] < one][:6]
-    out += [(*c, 0, 0, 0, 0) for c in two]
-    out += [(*c, 0, 0, r, 0) for r in (2, 4) for c in two if c[2] == 1]
-    out += [(block, warps, 1, 0, 0, 0, p) for block, warps, p in PERSIST
-            if block < one and groups > p * sms]
+    out += [(*c, 0, 0, 0) for c in two]
+    # the same with a flat first pass: 4 vectors per thread per step (and 2 unpipelined)
+    out += [(*c, 0, 0, 4) for c in two] + [(*c, 0, 0, 2) for c in two if c[2] == 1]
     for block, warps in SYNC_TILES:
         _, _, nct, nht = sync_tiles(cpg, hw, block)
         if 2 <= nct * nht <= (max_sync or min(MAX_SPLIT, sms)):
-            out.append((block, warps, 1, nct * nht, 1, 0, 0))
+            out.append((block, warps, 1, nct * nht, 1, 0))
     seen = set()
     for chunk in SPLIT_CHUNKS if groups < SPLIT_BELOW * sms else ():
         split, cpc = chunks(cpg, triton.cdiv(cpg, max(1, chunk // hw)))
@@ -491,10 +429,10 @@ def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1,
         seen.add(split)
         elems = triton.next_power_of_2(cpc) * triton.next_power_of_2(hw)
         block = min(8192, elems)
-        out.append((block, 8 if block >= 4096 else 4, 1, split, 0, 0, 0))
+        out.append((block, 8 if block >= 4096 else 4, 1, split, 0, 0))
         if elems > block:  # a chunk of several tiles: also pipelined
-            out.append((block, 8, 2, split, 0, 0, 0))
-    return out[:MAX_CONFIGS] or [(one, 4, 1, 0, 0, 0, 0)]
+            out.append((block, 8, 2, split, 0, 0))
+    return out[:MAX_CONFIGS] or [(one, 4, 1, 0, 0, 0)]
 
 
 def arrival_counters(device: torch.device, split: int, groups: int) -> torch.Tensor:
@@ -547,15 +485,7 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
 
     def launch(cfg) -> int:
         vals = tuple(cfg)
-        block, warps, stages, split, sync, rows, persist = vals + (0, 0, 0, 0)[len(vals) - 3:]
-        if persist:
-            cb, hb, _ = tile(cpg, hw, block)
-            cols = 32 * warps * (16 // x.element_size())
-            _gn_mish_persist[(min(groups, persist * sm_count(x.device)),)](
-                x, w, b, y, cpg, num_groups, groups, eps, HW=hw, CB=cb, HB=hb,
-                NHT=triton.cdiv(hw, hb), ROWS=max(1, block // cols), COLS=cols, FAST=fast,
-                num_warps=warps)
-            return 1
+        block, warps, stages, split, sync, rows = vals + (0, 0, 0)[len(vals) - 3:]
         if sync:
             cb, hb, nct, nht = sync_tiles(cpg, hw, block)
             if split != nct * nht:

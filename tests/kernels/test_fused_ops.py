@@ -133,6 +133,17 @@ def _assert_pipelined_builds():
         for k in (g, b):
             assert (k.cp_async > 0) == (stages > 1), (k, stages)
             assert k.stack == 0, k
+    # groupnorm's flat first pass: a thread's ROWS 16-byte vectors of a step come from one load
+    # (the tiled pass takes 2 per tile here: 4096 elements over 256 threads)
+    tiled = build(tgm._gn_mish, "groupnorm_mish", "", gn,
+                  {"HW": 4096, "CB": 1, "HB": 4096, "NHT": 1, "ONE_TILE": False, "STAGES": 1,
+                   "FAST": True, "ROWS": 0, "COLS": 2048}, 8)
+    for rows in (2, 4):
+        f = build(tgm._gn_mish, "groupnorm_mish", "", gn,
+                  {"HW": 4096, "CB": 1, "HB": 4096, "NHT": 1, "ONE_TILE": False, "STAGES": 1,
+                   "FAST": True, "ROWS": rows, "COLS": 2048}, 8)
+        assert f.vec16 == tiled.vec16 - 2 + rows, (rows, f, tiled)
+        assert f.stack == 0 and f.cp_async == 0, f
     # the backward's two kernels as a programmatic dependent launch: the rows kernel lets the
     # column sum launch, the column sum waits for it (griddepcontrol), and neither without PDL
     cs = {"dwp_ptr": "*fp32", "dbp_ptr": "*fp32", "dw_ptr": "*fp16", "db_ptr": "*fp16",

@@ -1,5 +1,6 @@
 """groupnorm_mish: the Triton GroupNorm + Mish (interpreter) against the reference: the
-one-kernel form's one-tile and two-pass paths, the split form (partials + apply), the
+one-kernel form's one-tile and two-pass paths (its first pass in tiles or flat, ROWS vectors
+per thread per step), the split form (partials + apply), the
 synchronised form (its two halves as two launches on CPU), ragged channel/pixel tiles and
 chunks, broken impls."""
 import pytest
@@ -51,6 +52,36 @@ def test_two_pass_tiles(shape, config):
     assert res.correct, res.error
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])  # fp32: matches_tiles below
+@pytest.mark.parametrize("shape,config", [
+    ((2, 32, 16, 16, 8), (64, 2, 1, 0, 0, 2)),  # a group of 1024: 2 x 512 per step, 1 step
+    ((2, 6, 5, 7, 3), (16, 1, 1, 0, 0, 4)),     # 70 elements: one ragged step (masked tail)
+    ((1, 30, 5, 7, 3), (16, 2, 1, 0, 0, 1)),    # 350 elements in steps of 1 x 512 (or 256)
+    ((3, 20, 9, 9, 2), (64, 1, 1, 0, 0, 2)),    # 810 in steps of 2 x 256 (fp16): 2 steps
+])
+def test_flat_first_pass(shape, config, dtype):
+    """ROWS > 0: the first pass reads the group as one flat run of ROWS x COLS per step
+    (the group's end read as its first element, adding 0), the second pass as before."""
+    cpg, hw = shape[1] // shape[4], shape[2] * shape[3]
+    assert not tgm.tile(cpg, hw, config[0])[2]  # the two-pass path
+    impl = _impl(lambda x, w, b, groups, out=None:
+                 tgm.groupnorm_mish(x, groups, w, b, out=out, config=config))
+    res = check(OP, impl, _p(*shape), dtype, "cpu")
+    assert res.correct, res.error
+
+
+def test_flat_first_pass_matches_tiles():
+    """The flat first pass adds the same shifted values in another order: in fp32 it agrees
+    with the tiled one to rounding, also with a mean far from zero (against float64, both are
+    1e-6-2.7e-6 off over seeds at 3x20x9x9: the order, not the form, decides which is closer)."""
+    x = torch.randn(2, 30, 6, 7) * 3 + 50
+    w, b = torch.rand(30) + 0.5, torch.randn(30)
+    tiles = tgm.groupnorm_mish(x, 3, w, b, config=(64, 2, 1, 0, 0, 0))
+    for rows in (1, 2, 4):
+        flat = tgm.groupnorm_mish(x, 3, w, b, config=(64, 2, 1, 0, 0, rows))
+        assert torch.allclose(tiles, flat, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning",
                             "ignore:invalid value encountered in divide:RuntimeWarning")
 def test_mish_extremes_and_large_offsets():
@@ -68,20 +99,25 @@ def test_mish_extremes_and_large_offsets():
 
 
 def test_candidates():
-    """5-tuples the kernels take; one-tile shapes first (no loop), unpipelined before
-    pipelined in the two-pass list, then the synchronised form (S = the group's tiles,
-    2 <= S <= the SMs), then the split form (2+ chunks of whole channels), at most
-    MAX_CONFIGS."""
+    """6-tuples the kernels take; one-tile shapes first (no loop), unpipelined before
+    pipelined in the two-pass list, then all again with a flat first pass (ROWS 4) and the
+    unpipelined ones with ROWS 2, then the synchronised form (S = the group's tiles, 2 <= S <= the SMs),
+    then the split form (2+ chunks of whole channels), at most MAX_CONFIGS."""
     for cpg, hw in ((10, 4096), (20, 1024), (10, 16384), (2, 35), (8, 64)):
         cands = tgm.configs(cpg, hw, 128, 132)
         assert 1 <= len(cands) <= tgm.MAX_CONFIGS and len(set(cands)) == len(cands)
-        assert all(len(c) == 5 for c in cands)
+        assert all(len(c) == 6 for c in cands)
         one = [c for c in cands if c[3] == 0 and tgm.tile(cpg, hw, c[0])[2]]
         assert all(c[2] == 1 for c in one) and cands[:len(one)] == one
         split = [c for c in cands if c[3] and not c[4]]
         assert cands[len(cands) - len(split):] == split  # one kernel first
         assert all(2 <= c[3] <= cpg for c in split)
-        for block, _, stages, s, sync in cands:
+        two = [c for c in cands if not c[3] and not tgm.tile(cpg, hw, c[0])[2]]
+        tiled = [c for c in two if not c[5]]
+        assert two == tiled + [(*c[:5], 4) for c in tiled] + \
+            [(*c[:5], 2) for c in tiled if c[2] == 1]
+        assert not any(c[5] for c in cands if c[3] or tgm.tile(cpg, hw, c[0])[2])
+        for block, _, stages, s, sync, _ in cands:
             if sync:
                 _, _, nct, nht = tgm.sync_tiles(cpg, hw, block)
                 assert stages == 1 and s == nct * nht and 2 <= s <= 64
@@ -132,7 +168,7 @@ def test_split_matches_one_kernel():
 
 def _sync(shape, block, warps=2):
     cb, hb, nct, nht = tgm.sync_tiles(shape[1] // shape[4], shape[2] * shape[3], block)
-    return (block, warps, 1, nct * nht, 1)
+    return (block, warps, 1, nct * nht, 1, 0)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
