@@ -199,7 +199,8 @@ def _chunk_sums(x_ptr, base, c0, c1, shift, HW: tl.constexpr, CB: tl.constexpr,
 
 
 @triton.jit
-def _flat_sums(x_ptr, base, L, x0, ROWS: tl.constexpr, COLS: tl.constexpr):
+def _flat_sums(x_ptr, base, L, x0, ROWS: tl.constexpr, COLS: tl.constexpr,
+               EVICT: tl.constexpr = ""):
     """Sums of (x - x0) and its square over the L contiguous elements at `base` (a whole
     group: channels need not be told apart for its statistics), ROWS x COLS per step.
 
@@ -214,7 +215,8 @@ def _flat_sums(x_ptr, base, L, x0, ROWS: tl.constexpr, COLS: tl.constexpr):
     for i in range(0, tl.cdiv(L, ROWS * COLS)):
         o = i * (ROWS * COLS) + r
         # read ROWS x COLS of x (first pass, DRAM); past the end read as x0: adds 0
-        v = tl.load(x_ptr + base + o, mask=o < L, other=x0).to(tl.float32) - shift
+        v = tl.load(x_ptr + base + o, mask=o < L, other=x0,
+                    eviction_policy=EVICT).to(tl.float32) - shift
         s1 += tl.sum(v, axis=0)
         s2 += tl.sum(v * v, axis=0)
     return tl.sum(s1, axis=0), tl.sum(s2, axis=0)
@@ -287,16 +289,22 @@ def _gn_mish(x_ptr, w_ptr, b_ptr, y_ptr, CPG, G, eps,
 @triton.jit
 def _gn_partials(x_ptr, part_ptr, CPG, CPC, HW: tl.constexpr, CB: tl.constexpr,
                  HB: tl.constexpr, NHT: tl.constexpr, SPLIT: tl.constexpr,
-                 STAGES: tl.constexpr):
+                 STAGES: tl.constexpr, ROWS: tl.constexpr = 0, COLS: tl.constexpr = 0):
     pid = tl.program_id(0)  # group * SPLIT + chunk
     grp = pid // SPLIT
     c0 = (pid % SPLIT) * CPC
     base = grp.to(tl.int64) * CPG * HW
     # read 1 element of x (the group's shift; every chunk of the group uses the same)
-    shift = tl.load(x_ptr + base).to(tl.float32)
-    # read the chunk of x (DRAM; kept in L2 for the apply kernel where it fits)
-    s1, s2 = _chunk_sums(x_ptr, base, c0, tl.minimum(c0 + CPC, CPG), shift, HW, CB, HB, NHT,
-                         STAGES, "evict_last")
+    x0 = tl.load(x_ptr + base)
+    c1 = tl.minimum(c0 + CPC, CPG)
+    # read the chunk of x (DRAM; kept in L2 for the apply kernel where it fits): whole
+    # channels, so one contiguous run, read flat where ROWS > 0
+    if ROWS:
+        s1, s2 = _flat_sums(x_ptr, base + c0 * HW, (c1 - c0) * HW, x0, ROWS, COLS,
+                            "evict_last")
+    else:
+        s1, s2 = _chunk_sums(x_ptr, base, c0, c1, x0.to(tl.float32), HW, CB, HB, NHT, STAGES,
+                             "evict_last")
     # write 2 floats
     tl.store(part_ptr + 2 * pid, s1)
     tl.store(part_ptr + 2 * pid + 1, s2)
@@ -516,7 +524,9 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
         nht = triton.cdiv(hw, hb)
         part = torch.empty(2 * groups * split, device=x.device, dtype=torch.float32)
         _gn_partials[(groups * split,)](x, part, cpg, cpc, HW=hw, CB=cb, HB=hb, NHT=nht,
-                                        SPLIT=split, STAGES=stages, num_warps=warps)
+                                        SPLIT=split, STAGES=stages, ROWS=rows,
+                                        COLS=32 * warps * (16 // x.element_size()),
+                                        num_warps=warps)
         _gn_apply[(groups * split,)](x, w, b, part, y, cpg, cpc, num_groups, eps, HW=hw, CB=cb,
                                      HB=hb, NHT=nht, SPLIT=split,
                                      SPLIT_P2=triton.next_power_of_2(split), STAGES=stages,
