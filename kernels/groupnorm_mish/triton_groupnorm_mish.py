@@ -108,7 +108,7 @@ SPLIT_BELOW = 2
 # (two block reductions, the partials, the wait: ~250 instructions per thread) is spread over
 # more elements (H200, first version: 4096 x 4 warps 32.7 us, 4096 x 8 warps 37.1 us)
 SYNC_TILES = ((4096, 4), (8192, 4), (4096, 2), (8192, 8), (16384, 8))
-MAX_CONFIGS = 22
+MAX_CONFIGS = 24
 _arrivals: dict = {}  # (device, stream, S) -> int64 arrival counters of the synchronised form
 last_kernels = 1  # kernels the last call launched (the check pass records it)
 
@@ -200,7 +200,7 @@ def _chunk_sums(x_ptr, base, c0, c1, shift, HW: tl.constexpr, CB: tl.constexpr,
 
 @triton.jit
 def _flat_sums(x_ptr, base, L, x0, ROWS: tl.constexpr, COLS: tl.constexpr,
-               EVICT: tl.constexpr = ""):
+               EVICT: tl.constexpr):
     """Sums of (x - x0) and its square over the L contiguous elements at `base` (a whole
     group: channels need not be told apart for its statistics), ROWS x COLS per step.
 
@@ -278,7 +278,7 @@ def _gn_mish(x_ptr, w_ptr, b_ptr, y_ptr, CPG, G, eps,
         x0 = tl.load(x_ptr + base)
         shift = x0.to(tl.float32)
         if ROWS:
-            s1, s2 = _flat_sums(x_ptr, base, L, x0, ROWS, COLS)
+            s1, s2 = _flat_sums(x_ptr, base, L, x0, ROWS, COLS, "")
         else:
             s1, s2 = _chunk_sums(x_ptr, base, 0, CPG, shift, HW, CB, HB, NHT, STAGES, "")
         mean, rstd = _stats(s1, s2, shift, L, eps)
@@ -440,6 +440,8 @@ def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1,
         out.append((block, 8 if block >= 4096 else 4, 1, split, 0, 0))
         if elems > block:  # a chunk of several tiles: also pipelined
             out.append((block, 8, 2, split, 0, 0))
+        # partials read flat (a chunk of whole channels is one contiguous run)
+        out.append((block, 8 if block >= 4096 else 4, 1, split, 0, 4))
     return out[:MAX_CONFIGS] or [(one, 4, 1, 0, 0, 0)]
 
 

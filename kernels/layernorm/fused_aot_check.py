@@ -187,10 +187,11 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
                 cb, hb, _ = tgm.tile(cpc, hw, block)
                 tiles = {"HW": hw, "CB": cb, "HB": hb, "NHT": triton.cdiv(hw, hb),
                          "SPLIT": split, "STAGES": stages}
-                label = f"HW={hw} split {split}x{cpc}ch {cb}x{hb} w{warps} STAGES={stages}"
+                label = (f"HW={hw} split {split}x{cpc}ch {cb}x{hb} w{warps} STAGES={stages}"
+                         + (f" ROWS={rows}" if rows else ""))
                 yield build(tgm._gn_partials, "groupnorm_mish", label + " partials",
                             {"x_ptr": t, "part_ptr": "*fp32", "CPG": "i32", "CPC": "i32"},
-                            tiles, warps)
+                            {**tiles, "ROWS": rows, "COLS": 32 * warps * (16 // item)}, warps)
                 yield build(tgm._gn_apply, "groupnorm_mish", label + " apply",
                             {"x_ptr": t, "w_ptr": t, "b_ptr": t, "part_ptr": "*fp32",
                              "y_ptr": t, "CPG": "i32", "CPC": "i32", "G": "i32",

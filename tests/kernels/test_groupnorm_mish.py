@@ -116,7 +116,8 @@ def test_candidates():
         tiled = [c for c in two if not c[5]]
         assert two == tiled + [(*c[:5], 4) for c in tiled] + \
             [(*c[:5], 2) for c in tiled if c[2] == 1]
-        assert not any(c[5] for c in cands if c[3] or tgm.tile(cpg, hw, c[0])[2])
+        assert not any(c[5] for c in cands if c[4] or tgm.tile(cpg, hw, c[0])[2])
+        assert all(c[5] in (0, 4) for c in cands if c[3] and not c[4])
         for block, _, stages, s, sync, _ in cands:
             if sync:
                 _, _, nct, nht = tgm.sync_tiles(cpg, hw, block)
@@ -143,6 +144,8 @@ def test_candidates():
     ((1, 30, 5, 7, 3), (64, 2, 1, 4)),      # 4 chunks asked, 3 kept (no empty chunk)
     ((2, 12, 3, 3, 2), (16, 1, 1, 1)),      # one chunk per group: two kernels all the same
     ((1, 12, 4, 4, 3), (16, 1, 3, 64)),     # more chunks asked than channels: one each
+    ((2, 32, 16, 16, 8), (256, 4, 1, 4, 0, 2)),  # partials read flat: 256 per chunk, 1 step
+    ((1, 30, 5, 7, 3), (16, 2, 1, 3, 0, 4)),     # flat chunks of 140, 140, 70 (ragged tails)
 ])
 def test_split_form(shape, config, dtype):
     impl = _impl(lambda x, w, b, groups, out=None:
