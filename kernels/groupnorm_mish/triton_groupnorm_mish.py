@@ -89,10 +89,10 @@ from kernels._common import Tuner, sm_count
 MAX_ONE_TILE = 16384  # elements of a group kept in registers by the one-pass variant
 MAX_SPLIT = 64
 # candidates per shape (configs()); BLOCK: any power of two up to MAX_ONE_TILE
-_tuner = Tuner("groupnorm_mish", ("BLOCK", "num_warps", "STAGES", "SPLIT", "SYNC", "ROWS", "AHEAD"),
+_tuner = Tuner("groupnorm_mish", ("BLOCK", "num_warps", "STAGES", "SPLIT", "SYNC", "ROWS"),
                values={"BLOCK": tuple(2 ** i for i in range(6, 15)), "num_warps": (1, 2, 4, 8, 16),
                        "STAGES": (1, 2, 3, 4), "SPLIT": tuple(range(MAX_SPLIT + 1)),
-                       "SYNC": (0, 1), "ROWS": (0, 1, 2, 4, 8), "AHEAD": (0, 1)})
+                       "SYNC": (0, 1), "ROWS": (0, 1, 2, 4, 8)})
 # one-kernel two-pass candidates (BLOCK, num_warps, STAGES): unpipelined, and the tile loops
 # pipelined 2-4 deep (STAGES - 1 tiles of BLOCK elements in shared memory per program)
 TWO_PASS = ((4096, 8, 1), (8192, 16, 1), (4096, 8, 3), (8192, 16, 3), (2048, 4, 3),
@@ -108,7 +108,7 @@ SPLIT_BELOW = 2
 # (two block reductions, the partials, the wait: ~250 instructions per thread) is spread over
 # more elements (H200, first version: 4096 x 4 warps 32.7 us, 4096 x 8 warps 37.1 us)
 SYNC_TILES = ((4096, 4), (8192, 4), (4096, 2), (8192, 8), (16384, 8))
-MAX_CONFIGS = 28
+MAX_CONFIGS = 24
 _arrivals: dict = {}  # (device, stream, S) -> int64 arrival counters of the synchronised form
 last_kernels = 1  # kernels the last call launched (the check pass records it)
 
@@ -200,98 +200,60 @@ def _chunk_sums(x_ptr, base, c0, c1, shift, HW: tl.constexpr, CB: tl.constexpr,
 
 @triton.jit
 def _flat_sums(x_ptr, base, L, x0, ROWS: tl.constexpr, COLS: tl.constexpr,
-               EVICT: tl.constexpr, AHEAD: tl.constexpr):
+               EVICT: tl.constexpr):
     """Sums of (x - x0) and its square over the L contiguous elements at `base` (a whole
-    group, or a chunk of whole channels: channels need not be told apart for the
-    statistics), ROWS x COLS per step.
+    group: channels need not be told apart for its statistics), ROWS x COLS per step.
 
     COLS = one 16-byte vector per thread: the ROWS vectors of a thread are loaded by one
     load (ROWS x 16 bytes in flight per thread before any is used: ptxas does not hoist the
     loads of a second tile above the adds of the first), then added across rows within the
-    thread; the accumulators stay COLS wide whatever ROWS is. AHEAD: each step's data loaded
-    one step ahead (two steps in flight)."""
+    thread; the accumulators stay COLS wide whatever ROWS is."""
     r = tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :]
     shift = x0.to(tl.float32)
     s1 = tl.zeros([COLS], tl.float32)
     s2 = tl.zeros([COLS], tl.float32)
-    if AHEAD:
-        # read ROWS x COLS of x (first pass, DRAM), one step ahead; past the end read as x0
-        v = tl.load(x_ptr + base + r, mask=r < L, other=x0, eviction_policy=EVICT)
-        for i in range(0, tl.cdiv(L, ROWS * COLS)):
-            o = (i + 1) * (ROWS * COLS) + r
-            v_next = tl.load(x_ptr + base + o, mask=o < L, other=x0, eviction_policy=EVICT)
-            d = v.to(tl.float32) - shift
-            s1 += tl.sum(d, axis=0)
-            s2 += tl.sum(d * d, axis=0)
-            v = v_next
-    else:
-        for i in range(0, tl.cdiv(L, ROWS * COLS)):
-            o = i * (ROWS * COLS) + r
-            # read ROWS x COLS of x (first pass, DRAM); past the end read as x0: adds 0
-            d = tl.load(x_ptr + base + o, mask=o < L, other=x0,
-                        eviction_policy=EVICT).to(tl.float32) - shift
-            s1 += tl.sum(d, axis=0)
-            s2 += tl.sum(d * d, axis=0)
+    for i in range(0, tl.cdiv(L, ROWS * COLS)):
+        o = i * (ROWS * COLS) + r
+        # read ROWS x COLS of x (first pass, DRAM); past the end read as x0: adds 0
+        v = tl.load(x_ptr + base + o, mask=o < L, other=x0,
+                    eviction_policy=EVICT).to(tl.float32) - shift
+        s1 += tl.sum(v, axis=0)
+        s2 += tl.sum(v * v, axis=0)
     return tl.sum(s1, axis=0), tl.sum(s2, axis=0)
-
-
-@triton.jit
-def _rev_tile(base, t, n_tiles, c0, c1, HW: tl.constexpr, CB: tl.constexpr,
-              HB: tl.constexpr, NHT: tl.constexpr):
-    """(offsets, mask, channels, channel mask) of tile n_tiles - 1 - t of channels [c0, c1)
-    of the group at `base` (the tiles in reverse; past the first, tile 0 masked off)."""
-    tr = n_tiles - 1 - t
-    tc = tl.maximum(tr, 0)
-    c = c0 + (tc // NHT) * CB + tl.arange(0, CB)
-    h = (tc % NHT) * HB + tl.arange(0, HB)
-    c_ok = c < tl.where(tr >= 0, c1, c0)
-    return base + c[:, None] * HW + h[None, :], c_ok[:, None] & (h < HW)[None, :], c, c_ok
 
 
 @triton.jit
 def _chunk_apply(x_ptr, w_ptr, b_ptr, y_ptr, base, wc, c0, c1, mean, rstd,
                  HW: tl.constexpr, CB: tl.constexpr, HB: tl.constexpr, NHT: tl.constexpr,
-                 STAGES: tl.constexpr, FAST: tl.constexpr, EVICT: tl.constexpr,
-                 AHEAD: tl.constexpr):
+                 STAGES: tl.constexpr, FAST: tl.constexpr, EVICT: tl.constexpr):
     """y = mish((x - mean) * rstd * w + b) over channels [c0, c1) of the group at `base`
-    (`wc`: the group's first channel in w, b); tiles in reverse, most recently read first.
-    AHEAD: each tile's x loaded one step ahead into registers (its L2 latency behind the
-    previous tile's Mish), not as the tile is reached."""
+    (`wc`: the group's first channel in w, b); tiles in reverse, most recently read first."""
+    cl = tl.arange(0, CB)
+    hw = tl.arange(0, HB)
     n_tiles = tl.cdiv(c1 - c0, CB) * NHT
-    if AHEAD:
-        offs, mask, _, _ = _rev_tile(base, 0, n_tiles, c0, c1, HW, CB, HB, NHT)
-        # read CB x HB of x (second pass, mostly L2), one tile ahead
-        v = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy=EVICT)
-        for t in range(0, n_tiles):
-            offs_n, mask_n, _, _ = _rev_tile(base, t + 1, n_tiles, c0, c1, HW, CB, HB, NHT)
-            v_next = tl.load(x_ptr + offs_n, mask=mask_n, other=0.0, eviction_policy=EVICT)
-            offs, mask, c, c_ok = _rev_tile(base, t, n_tiles, c0, c1, HW, CB, HB, NHT)
-            # read CB of w and of b (L1/L2)
-            gw = tl.load(w_ptr + wc + c, mask=c_ok, other=0.0).to(tl.float32)
-            gb = tl.load(b_ptr + wc + c, mask=c_ok, other=0.0).to(tl.float32)
-            # write CB x HB of y
-            tl.store(y_ptr + offs, _mish_affine(v.to(tl.float32) - mean, rstd * gw, gb, FAST,
-                                                y_ptr.dtype.element_ty), mask=mask)
-            v = v_next
-    else:
-        for t in tl.range(0, n_tiles, num_stages=STAGES):
-            offs, mask, c, c_ok = _rev_tile(base, t, n_tiles, c0, c1, HW, CB, HB, NHT)
-            # read CB of w and of b (L1/L2)
-            gw = tl.load(w_ptr + wc + c, mask=c_ok, other=0.0).to(tl.float32)
-            gb = tl.load(b_ptr + wc + c, mask=c_ok, other=0.0).to(tl.float32)
-            # read CB x HB of x (second pass, mostly L2) ; write CB x HB of y
-            v = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy=EVICT)
-            # (x - mean) first: folding mean into the bias would cancel badly when |mean| >>
-            # std (a constant group: x - mean is exactly 0, x·a - mean·a is mean·a's rounding)
-            tl.store(y_ptr + offs, _mish_affine(v.to(tl.float32) - mean, rstd * gw, gb, FAST,
-                                                y_ptr.dtype.element_ty), mask=mask)
+    for t in tl.range(0, n_tiles, num_stages=STAGES):
+        tr = n_tiles - 1 - t
+        c = c0 + (tr // NHT) * CB + cl
+        h = (tr % NHT) * HB + hw
+        c_ok = c < c1
+        mask = c_ok[:, None] & (h < HW)[None, :]
+        # read CB of w and of b (L1/L2)
+        gw = tl.load(w_ptr + wc + c, mask=c_ok, other=0.0).to(tl.float32)
+        gb = tl.load(b_ptr + wc + c, mask=c_ok, other=0.0).to(tl.float32)
+        offs = base + c[:, None] * HW + h[None, :]
+        # read CB x HB of x (second pass, mostly L2) ; write CB x HB of y
+        v = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
+        # (x - mean) first: folding mean into the bias would cancel badly when |mean| >> std
+        # (a constant group: x - mean is exactly 0, x·a - mean·a is mean·a's rounding)
+        tl.store(y_ptr + offs, _mish_affine(v - mean, rstd * gw, gb, FAST, y_ptr.dtype.element_ty),
+                 mask=mask)
 
 
 @triton.jit
 def _gn_mish(x_ptr, w_ptr, b_ptr, y_ptr, CPG, G, eps,
              HW: tl.constexpr, CB: tl.constexpr, HB: tl.constexpr, NHT: tl.constexpr,
              ONE_TILE: tl.constexpr, STAGES: tl.constexpr, FAST: tl.constexpr,
-             ROWS: tl.constexpr = 0, COLS: tl.constexpr = 0, AHEAD: tl.constexpr = 0):
+             ROWS: tl.constexpr = 0, COLS: tl.constexpr = 0):
     pid = tl.program_id(0)  # group index n * G + g
     g = pid % G
     base = pid.to(tl.int64) * CPG * HW  # (n*C + g*CPG) * HW
@@ -316,19 +278,18 @@ def _gn_mish(x_ptr, w_ptr, b_ptr, y_ptr, CPG, G, eps,
         x0 = tl.load(x_ptr + base)
         shift = x0.to(tl.float32)
         if ROWS:
-            s1, s2 = _flat_sums(x_ptr, base, L, x0, ROWS, COLS, "", AHEAD)
+            s1, s2 = _flat_sums(x_ptr, base, L, x0, ROWS, COLS, "")
         else:
             s1, s2 = _chunk_sums(x_ptr, base, 0, CPG, shift, HW, CB, HB, NHT, STAGES, "")
         mean, rstd = _stats(s1, s2, shift, L, eps)
         _chunk_apply(x_ptr, w_ptr, b_ptr, y_ptr, base, g * CPG, 0, CPG, mean, rstd, HW, CB, HB,
-                     NHT, STAGES, FAST, "", AHEAD)
+                     NHT, STAGES, FAST, "")
 
 
 @triton.jit
 def _gn_partials(x_ptr, part_ptr, CPG, CPC, HW: tl.constexpr, CB: tl.constexpr,
                  HB: tl.constexpr, NHT: tl.constexpr, SPLIT: tl.constexpr,
-                 STAGES: tl.constexpr, ROWS: tl.constexpr = 0, COLS: tl.constexpr = 0,
-                 AHEAD: tl.constexpr = 0):
+                 STAGES: tl.constexpr, ROWS: tl.constexpr = 0, COLS: tl.constexpr = 0):
     pid = tl.program_id(0)  # group * SPLIT + chunk
     grp = pid // SPLIT
     c0 = (pid % SPLIT) * CPC
@@ -340,7 +301,7 @@ def _gn_partials(x_ptr, part_ptr, CPG, CPC, HW: tl.constexpr, CB: tl.constexpr,
     # channels, so one contiguous run, read flat where ROWS > 0
     if ROWS:
         s1, s2 = _flat_sums(x_ptr, base + c0 * HW, (c1 - c0) * HW, x0, ROWS, COLS,
-                            "evict_last", AHEAD)
+                            "evict_last")
     else:
         s1, s2 = _chunk_sums(x_ptr, base, c0, c1, x0.to(tl.float32), HW, CB, HB, NHT, STAGES,
                              "evict_last")
@@ -353,7 +314,7 @@ def _gn_partials(x_ptr, part_ptr, CPG, CPC, HW: tl.constexpr, CB: tl.constexpr,
 def _gn_apply(x_ptr, w_ptr, b_ptr, part_ptr, y_ptr, CPG, CPC, G, eps,
               HW: tl.constexpr, CB: tl.constexpr, HB: tl.constexpr, NHT: tl.constexpr,
               SPLIT: tl.constexpr, SPLIT_P2: tl.constexpr, STAGES: tl.constexpr,
-              FAST: tl.constexpr, AHEAD: tl.constexpr = 0):
+              FAST: tl.constexpr):
     # reverse launch order: the chunks the partials kernel read last (still in L2) go first
     q = tl.num_programs(0) - 1 - tl.program_id(0)
     grp = q // SPLIT
@@ -369,7 +330,7 @@ def _gn_apply(x_ptr, w_ptr, b_ptr, part_ptr, y_ptr, CPG, CPC, G, eps,
     mean, rstd = _stats(s1, s2, shift, CPG * HW, eps)
     _chunk_apply(x_ptr, w_ptr, b_ptr, y_ptr, base, (grp % G) * CPG, c0,
                  tl.minimum(c0 + CPC, CPG), mean, rstd, HW, CB, HB, NHT, STAGES, FAST,
-                 "evict_first", AHEAD)
+                 "evict_first")
 
 
 @triton.jit
@@ -459,17 +420,15 @@ def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1,
     one = triton.next_power_of_2(cpg) * triton.next_power_of_2(hw)
     out = []
     if one <= MAX_ONE_TILE:  # no loop: nothing to pipeline
-        out += [(one, w, 1, 0, 0, 0, 0) for w in (8, 16, 4) if 4 <= one // (32 * w) <= 64]
+        out += [(one, w, 1, 0, 0, 0) for w in (8, 16, 4) if 4 <= one // (32 * w) <= 64]
     two = [c for c in TWO_PASS if c[0] < one][:6]
-    out += [(*c, 0, 0, 0, 0) for c in two]
-    # the same with a flat first pass: 4 vectors per thread per step (and 2 unpipelined);
-    # the unpipelined ones also with both passes' loads a step ahead in registers
-    out += [(*c, 0, 0, 4, 0) for c in two] + [(*c, 0, 0, 2, 0) for c in two if c[2] == 1]
-    out += [(*c, 0, 0, r, 1) for r in (4, 2) for c in two if c[2] == 1]
+    out += [(*c, 0, 0, 0) for c in two]
+    # the same with a flat first pass: 4 vectors per thread per step (and 2 unpipelined)
+    out += [(*c, 0, 0, 4) for c in two] + [(*c, 0, 0, 2) for c in two if c[2] == 1]
     for block, warps in SYNC_TILES:
         _, _, nct, nht = sync_tiles(cpg, hw, block)
         if 2 <= nct * nht <= (max_sync or min(MAX_SPLIT, sms)):
-            out.append((block, warps, 1, nct * nht, 1, 0, 0))
+            out.append((block, warps, 1, nct * nht, 1, 0))
     seen = set()
     for chunk in SPLIT_CHUNKS if groups < SPLIT_BELOW * sms else ():
         split, cpc = chunks(cpg, triton.cdiv(cpg, max(1, chunk // hw)))
@@ -478,12 +437,12 @@ def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1,
         seen.add(split)
         elems = triton.next_power_of_2(cpc) * triton.next_power_of_2(hw)
         block = min(8192, elems)
-        out.append((block, 8 if block >= 4096 else 4, 1, split, 0, 0, 0))
+        out.append((block, 8 if block >= 4096 else 4, 1, split, 0, 0))
         if elems > block:  # a chunk of several tiles: also pipelined
-            out.append((block, 8, 2, split, 0, 0, 0))
+            out.append((block, 8, 2, split, 0, 0))
         # partials read flat (a chunk of whole channels is one contiguous run)
-        out.append((block, 8 if block >= 4096 else 4, 1, split, 0, 4, 0))
-    return out[:MAX_CONFIGS] or [(one, 4, 1, 0, 0, 0, 0)]
+        out.append((block, 8 if block >= 4096 else 4, 1, split, 0, 4))
+    return out[:MAX_CONFIGS] or [(one, 4, 1, 0, 0, 0)]
 
 
 def arrival_counters(device: torch.device, split: int, groups: int) -> torch.Tensor:
@@ -536,7 +495,7 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
 
     def launch(cfg) -> int:
         vals = tuple(cfg)
-        block, warps, stages, split, sync, rows, ahead = vals + (0, 0, 0, 0)[len(vals) - 3:]
+        block, warps, stages, split, sync, rows = vals + (0, 0, 0)[len(vals) - 3:]
         if sync:
             cb, hb, nct, nht = sync_tiles(cpg, hw, block)
             if split != nct * nht:
@@ -560,7 +519,7 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
             _gn_mish[(groups,)](x, w, b, y, cpg, num_groups, eps, HW=hw, CB=cb, HB=hb,
                                 NHT=triton.cdiv(hw, hb), ONE_TILE=one, STAGES=stages,
                                 FAST=fast, ROWS=rows, COLS=32 * warps * (16 // x.element_size()),
-                                AHEAD=ahead, num_warps=warps)
+                                num_warps=warps)
             return 1
         split, cpc = chunks(cpg, split)
         cb, hb, _ = tile(cpc, hw, block)
@@ -569,11 +528,11 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
         _gn_partials[(groups * split,)](x, part, cpg, cpc, HW=hw, CB=cb, HB=hb, NHT=nht,
                                         SPLIT=split, STAGES=stages, ROWS=rows,
                                         COLS=32 * warps * (16 // x.element_size()),
-                                        AHEAD=ahead, num_warps=warps)
+                                        num_warps=warps)
         _gn_apply[(groups * split,)](x, w, b, part, y, cpg, cpc, num_groups, eps, HW=hw, CB=cb,
                                      HB=hb, NHT=nht, SPLIT=split,
                                      SPLIT_P2=triton.next_power_of_2(split), STAGES=stages,
-                                     FAST=fast, AHEAD=ahead, num_warps=warps)
+                                     FAST=fast, num_warps=warps)
         return 2
 
     if config is None:

@@ -160,7 +160,7 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
             cands = tgm.configs(cpg, hw, 32, 132)
             picked = (cands[:1] + [c for c in cands if c[3] and not c[4]][:1]
                       + [c for c in cands if c[4]][:1]) if quick else cands
-            for block, warps, stages, split, sync, rows, ahead in picked:
+            for block, warps, stages, split, sync, rows in picked:
                 if sync:
                     cb, hb, nct, nht = tgm.sync_tiles(cpg, hw, block)
                     yield build(tgm._gn_mish_sync, "groupnorm_mish",
@@ -176,13 +176,12 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
                     cb, hb, one = tgm.tile(cpg, hw, block)
                     yield build(tgm._gn_mish, "groupnorm_mish",
                                 f"HW={hw} {'one' if one else 'two-pass'} {cb}x{hb} w{warps} "
-                                f"STAGES={stages}" + (f" ROWS={rows}" if rows else "")
-                                + (" AHEAD" if ahead else ""),
+                                f"STAGES={stages}" + (f" ROWS={rows}" if rows else ""),
                                 {"x_ptr": t, "w_ptr": t, "b_ptr": t, "y_ptr": t, "CPG": "i32",
                                  "G": "i32", "eps": "fp32"},
                                 {"HW": hw, "CB": cb, "HB": hb, "NHT": triton.cdiv(hw, hb),
                                  "ONE_TILE": one, "STAGES": stages, "FAST": True, "ROWS": rows,
-                                 "COLS": 32 * warps * (16 // item), "AHEAD": ahead}, warps)
+                                 "COLS": 32 * warps * (16 // item)}, warps)
                     continue
                 split, cpc = tgm.chunks(cpg, split)
                 cb, hb, _ = tgm.tile(cpc, hw, block)
@@ -192,8 +191,7 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
                          + (f" ROWS={rows}" if rows else ""))
                 yield build(tgm._gn_partials, "groupnorm_mish", label + " partials",
                             {"x_ptr": t, "part_ptr": "*fp32", "CPG": "i32", "CPC": "i32"},
-                            {**tiles, "ROWS": rows, "COLS": 32 * warps * (16 // item),
-                             "AHEAD": ahead}, warps)
+                            {**tiles, "ROWS": rows, "COLS": 32 * warps * (16 // item)}, warps)
                 yield build(tgm._gn_apply, "groupnorm_mish", label + " apply",
                             {"x_ptr": t, "w_ptr": t, "b_ptr": t, "part_ptr": "*fp32",
                              "y_ptr": t, "CPG": "i32", "CPC": "i32", "G": "i32",

@@ -58,9 +58,6 @@ def test_two_pass_tiles(shape, config):
     ((2, 6, 5, 7, 3), (16, 1, 1, 0, 0, 4)),     # 70 elements: one ragged step (masked tail)
     ((1, 30, 5, 7, 3), (16, 2, 1, 0, 0, 1)),    # 350 elements in steps of 1 x 512 (or 256)
     ((3, 20, 9, 9, 2), (64, 1, 1, 0, 0, 2)),    # 810 in steps of 2 x 256 (fp16): 2 steps
-    ((3, 20, 9, 9, 2), (64, 1, 1, 0, 0, 2, 1)),  # the same, both passes a step ahead
-    ((1, 30, 5, 7, 3), (16, 2, 1, 0, 0, 4, 1)),  # one flat step + 3 x 3 ragged tiles, ahead
-    ((2, 6, 5, 7, 3), (16, 1, 1, 0, 0, 0, 1)),   # tiled first pass, second pass ahead
 ])
 def test_flat_first_pass(shape, config, dtype):
     """ROWS > 0: the first pass reads the group as one flat run of ROWS x COLS per step
@@ -81,9 +78,8 @@ def test_flat_first_pass_matches_tiles():
     w, b = torch.rand(30) + 0.5, torch.randn(30)
     tiles = tgm.groupnorm_mish(x, 3, w, b, config=(64, 2, 1, 0, 0, 0))
     for rows in (1, 2, 4):
-        for ahead in (0, 1):
-            flat = tgm.groupnorm_mish(x, 3, w, b, config=(64, 2, 1, 0, 0, rows, ahead))
-            assert torch.allclose(tiles, flat, atol=1e-5, rtol=1e-5)
+        flat = tgm.groupnorm_mish(x, 3, w, b, config=(64, 2, 1, 0, 0, rows))
+        assert torch.allclose(tiles, flat, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning",
@@ -103,15 +99,14 @@ def test_mish_extremes_and_large_offsets():
 
 
 def test_candidates():
-    """7-tuples the kernels take; one-tile shapes first (no loop), unpipelined before
+    """6-tuples the kernels take; one-tile shapes first (no loop), unpipelined before
     pipelined in the two-pass list, then all again with a flat first pass (ROWS 4) and the
-    unpipelined ones with ROWS 2, then the unpipelined flat ones with both passes' loads a
-    step ahead (AHEAD 1), then the synchronised form (S = the group's tiles, 2 <= S <= the SMs),
+    unpipelined ones with ROWS 2, then the synchronised form (S = the group's tiles, 2 <= S <= the SMs),
     then the split form (2+ chunks of whole channels), at most MAX_CONFIGS."""
     for cpg, hw in ((10, 4096), (20, 1024), (10, 16384), (2, 35), (8, 64)):
         cands = tgm.configs(cpg, hw, 128, 132)
         assert 1 <= len(cands) <= tgm.MAX_CONFIGS and len(set(cands)) == len(cands)
-        assert all(len(c) == 7 for c in cands)
+        assert all(len(c) == 6 for c in cands)
         one = [c for c in cands if c[3] == 0 and tgm.tile(cpg, hw, c[0])[2]]
         assert all(c[2] == 1 for c in one) and cands[:len(one)] == one
         split = [c for c in cands if c[3] and not c[4]]
@@ -119,12 +114,11 @@ def test_candidates():
         assert all(2 <= c[3] <= cpg for c in split)
         two = [c for c in cands if not c[3] and not tgm.tile(cpg, hw, c[0])[2]]
         tiled = [c for c in two if not c[5]]
-        flat = [(*c[:5], 4, 0) for c in tiled] + [(*c[:5], 2, 0) for c in tiled if c[2] == 1]
-        ahead = [(*c[:5], r, 1) for r in (4, 2) for c in tiled if c[2] == 1]
-        assert two == tiled + flat + ahead
-        assert not any(c[5] or c[6] for c in cands if c[4] or tgm.tile(cpg, hw, c[0])[2])
-        assert all(c[5] in (0, 4) and not c[6] for c in cands if c[3] and not c[4])
-        for block, _, stages, s, sync, _, _ in cands:
+        assert two == tiled + [(*c[:5], 4) for c in tiled] + \
+            [(*c[:5], 2) for c in tiled if c[2] == 1]
+        assert not any(c[5] for c in cands if c[4] or tgm.tile(cpg, hw, c[0])[2])
+        assert all(c[5] in (0, 4) for c in cands if c[3] and not c[4])
+        for block, _, stages, s, sync, _ in cands:
             if sync:
                 _, _, nct, nht = tgm.sync_tiles(cpg, hw, block)
                 assert stages == 1 and s == nct * nht and 2 <= s <= 64
@@ -152,7 +146,6 @@ def test_candidates():
     ((1, 12, 4, 4, 3), (16, 1, 3, 64)),     # more chunks asked than channels: one each
     ((2, 32, 16, 16, 8), (256, 4, 1, 4, 0, 2)),  # partials read flat: 256 per chunk, 1 step
     ((1, 30, 5, 7, 3), (16, 2, 1, 3, 0, 4)),     # flat chunks of 140, 140, 70 (ragged tails)
-    ((1, 30, 5, 7, 3), (16, 2, 1, 3, 0, 4, 1)),  # the same, both kernels' loads a step ahead
 ])
 def test_split_form(shape, config, dtype):
     impl = _impl(lambda x, w, b, groups, out=None:
@@ -178,7 +171,7 @@ def test_split_matches_one_kernel():
 
 def _sync(shape, block, warps=2):
     cb, hb, nct, nht = tgm.sync_tiles(shape[1] // shape[4], shape[2] * shape[3], block)
-    return (block, warps, 1, nct * nht, 1, 0, 0)
+    return (block, warps, 1, nct * nht, 1, 0)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
