@@ -22,10 +22,10 @@ row of the tile). Three forms, all timed by the Tuner (`SPLIT` and `SYNC` fields
   statistics need no channels), R x COLS elements per step, COLS one 16-byte vector per
   thread: the R vectors of a thread come from one load, all in flight before any is added
   (the tile loop's SASS issues a tile's loads only after the previous tile's adds: 32 bytes
-  per thread in flight). H200, runs ...-tune-groupnorm-mish-e11d and ...-groupnorm-mish-d71b:
-  fp16 80 MiB shapes 29.0-29.6 us with ROWS 4 (30.1-31.0 without: 72 % -> 76-77 % of a
-  same-size copy); ncu: the first pass's load still holds a third of the warp samples
-  (long_scoreboard).
+  per thread in flight). H200, runs ...-tune-groupnorm-mish-e11d, ...-groupnorm-mish-d71b and
+  ...-558f: fp16 80 MiB shapes 28.9-29.6 us with ROWS 4 (30.1-31.0 without: 72 % -> 76-79 %
+  of a same-size copy; +-4 % between H200s); ncu: the first pass's load still holds 30 % of
+  the warp samples (long_scoreboard). The split form's partials read flat too.
 - SPLIT = S >= 1 (SYNC = 0), two kernels, S programs per group, each owning a chunk of ceil(CPG / S)
   whole channels: `_gn_partials` writes each chunk's shifted sums (2 fp32, the group's
   shift shared by its chunks, so the partials add exactly), `_gn_apply` adds its group's S
@@ -65,7 +65,9 @@ by barrier.cluster instead of the arrival counters: 31.3-34.0 us at 80 MiB, the 
 31.6-32.6, so the synchronisation is not what that form waits on); the two-pass form as
 persistent programs reading the next group's first pass in the loop that normalises the
 current one (DRAM reads and writes together, as in a copy): 35-48 us, one step of lookahead
-per program is too few bytes in flight.
+per program is too few bytes in flight; both passes' loads one step ahead in registers in the
+one-kernel form (...-efc6, ...-6c32): within 1-3 % either way; the split form forced at 512
+and 1024 groups (...-split-fc1e): 35.5 us at best (x re-read 1.21x the minimum).
 
 Mish without tanh/log: with e = exp(v), tanh(log(1 + e)) = e(e + 2) / (e(e + 2) + 2), so
 mish(v) = v · n / (n + 2), n = e(e + 2) (`_mish_affine`: for 16-bit outputs one ex2.approx.ftz
