@@ -5,7 +5,8 @@
 
 In NCHW a group (n, g) is one contiguous run of L = (C/G)·H·W elements, walked as
 [CB channels x HB pixels] tiles (no per-element channel division: w, b are loaded per channel
-row of the tile). Three forms, all timed by the Tuner (`SPLIT` and `SYNC` fields):
+row of the tile). Three forms, all timed by the Tuner (`SPLIT` and `SYNC` fields; `ROWS`: a
+flat first pass):
 
 - SPLIT = 0, one kernel, one program per group:
   - ONE_TILE (the whole group fits one register tile, <= 16K elements): one read and one
