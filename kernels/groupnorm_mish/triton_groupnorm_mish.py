@@ -205,7 +205,8 @@ def _chunk_sums(x_ptr, base, c0, c1, shift, HW: tl.constexpr, CB: tl.constexpr,
 def _flat_sums(x_ptr, base, L, x0, ROWS: tl.constexpr, COLS: tl.constexpr,
                EVICT: tl.constexpr):
     """Sums of (x - x0) and its square over the L contiguous elements at `base` (a whole
-    group: channels need not be told apart for its statistics), ROWS x COLS per step.
+    group, or a chunk of whole channels: the statistics need no channels told apart), ROWS x
+    COLS per step.
 
     COLS = one 16-byte vector per thread: the ROWS vectors of a thread are loaded by one
     load (ROWS x 16 bytes in flight per thread before any is used: ptxas does not hoist the
@@ -473,8 +474,9 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
                    config: tuple[int, ...] | None = None) -> torch.Tensor:
     """mish(GroupNorm(x)) for x (N, C, H, W) contiguous, w, b (C,); returns y (N, C, H, W).
 
-    `config` forces (BLOCK, num_warps, STAGES, SPLIT, SYNC) instead of the tuned choice; a
-    3-tuple means SPLIT 0 (one program per group), a 4-tuple SYNC 0.
+    `config` forces (BLOCK, num_warps, STAGES, SPLIT, SYNC, ROWS) instead of the tuned
+    choice; a 3-tuple means SPLIT 0 (one program per group), a 4-tuple SYNC 0, a 5-tuple
+    ROWS 0 (the first pass in tiles).
     """
     global last_kernels
     if x.dim() != 4:
