@@ -111,7 +111,7 @@ SPLIT_BELOW = 2
 # (two block reductions, the partials, the wait: ~250 instructions per thread) is spread over
 # more elements (H200, first version: 4096 x 4 warps 32.7 us, 4096 x 8 warps 37.1 us)
 SYNC_TILES = ((4096, 4), (8192, 4), (4096, 2), (8192, 8), (16384, 8))
-MAX_CONFIGS = 28
+MAX_CONFIGS = 24
 _arrivals: dict = {}  # (device, stream, S) -> int64 arrival counters of the synchronised form
 last_kernels = 1  # kernels the last call launched (the check pass records it)
 
@@ -427,10 +427,8 @@ def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1,
         out += [(one, w, 1, 0, 0, 0) for w in (8, 16, 4) if 4 <= one // (32 * w) <= 64]
     two = [c for c in TWO_PASS if c[0] < one][:6]
     out += [(*c, 0, 0, 0) for c in two]
-    # the same with a flat first pass: 4 vectors per thread per step (and 2 unpipelined); 8
-    # where there are at most two programs per SM (fewer programs: more bytes in flight each)
+    # the same with a flat first pass: 4 vectors per thread per step (and 2 unpipelined)
     out += [(*c, 0, 0, 4) for c in two] + [(*c, 0, 0, 2) for c in two if c[2] == 1]
-    out += [(*c, 0, 0, 8) for c in two if c[2] == 1 and groups <= 2 * sms]
     for block, warps in SYNC_TILES:
         _, _, nct, nht = sync_tiles(cpg, hw, block)
         if 2 <= nct * nht <= (max_sync or min(MAX_SPLIT, sms)):

@@ -101,7 +101,7 @@ def test_mish_extremes_and_large_offsets():
 def test_candidates():
     """6-tuples the kernels take; one-tile shapes first (no loop), unpipelined before
     pipelined in the two-pass list, then all again with a flat first pass (ROWS 4) and the
-    unpipelined ones with ROWS 2 (and 8 where there are at most 2 groups per SM), then the synchronised form (S = the group's tiles, 2 <= S <= the SMs),
+    unpipelined ones with ROWS 2, then the synchronised form (S = the group's tiles, 2 <= S <= the SMs),
     then the split form (2+ chunks of whole channels), at most MAX_CONFIGS."""
     for cpg, hw in ((10, 4096), (20, 1024), (10, 16384), (2, 35), (8, 64)):
         cands = tgm.configs(cpg, hw, 128, 132)
@@ -115,14 +115,13 @@ def test_candidates():
         two = [c for c in cands if not c[3] and not tgm.tile(cpg, hw, c[0])[2]]
         tiled = [c for c in two if not c[5]]
         assert two == tiled + [(*c[:5], 4) for c in tiled] + \
-            [(*c[:5], r) for r in (2, 8) for c in tiled if c[2] == 1]  # 128 groups: ROWS 8 too
+            [(*c[:5], 2) for c in tiled if c[2] == 1]
         assert not any(c[5] for c in cands if c[4] or tgm.tile(cpg, hw, c[0])[2])
         assert all(c[5] in (0, 4) for c in cands if c[3] and not c[4])
         for block, _, stages, s, sync, _ in cands:
             if sync:
                 _, _, nct, nht = tgm.sync_tiles(cpg, hw, block)
                 assert stages == 1 and s == nct * nht and 2 <= s <= 64
-    assert 8 not in {c[5] for c in tgm.configs(10, 4096, 512, 132)}  # 3.9 groups per SM
     sync = {(c[0], c[3]) for c in tgm.configs(10, 4096, 512, 132) if c[4]}
     assert sync == {(4096, 10), (8192, 5), (16384, 3)}  # 1, 2 and 4 channels per program
     assert {c[3] for c in tgm.configs(10, 16384, 32, 132) if c[4]} == {40, 20, 10}
