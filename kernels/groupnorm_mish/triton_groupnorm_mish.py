@@ -88,30 +88,14 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from kernels._common import Tuner, sm_count
+from kernels.groupnorm_mish.candidates import (  # noqa: F401  (MAX_CONFIGS: re-exported)
+    MAX_CONFIGS, MAX_SPLIT, chunks, configs, flat_cols, sync_tiles, tile)
 
-MAX_ONE_TILE = 16384  # elements of a group kept in registers by the one-pass variant
-MAX_SPLIT = 64
 # candidates per shape (configs()); BLOCK: any power of two up to MAX_ONE_TILE
 _tuner = Tuner("groupnorm_mish", ("BLOCK", "num_warps", "STAGES", "SPLIT", "SYNC", "ROWS"),
                values={"BLOCK": tuple(2 ** i for i in range(6, 15)), "num_warps": (1, 2, 4, 8, 16),
                        "STAGES": (1, 2, 3, 4), "SPLIT": tuple(range(MAX_SPLIT + 1)),
                        "SYNC": (0, 1), "ROWS": (0, 1, 2, 4, 8)})
-# one-kernel two-pass candidates (BLOCK, num_warps, STAGES): unpipelined, and the tile loops
-# pipelined 2-4 deep (STAGES - 1 tiles of BLOCK elements in shared memory per program)
-TWO_PASS = ((4096, 8, 1), (8192, 16, 1), (4096, 8, 3), (8192, 16, 3), (2048, 4, 3),
-            (4096, 4, 4), (2048, 4, 1), (8192, 8, 2))
-# split-form chunk sizes tried (elements per program, about)
-SPLIT_CHUNKS = (4096, 8192, 16384)
-# the split form is a candidate below this many groups per SM: on an H200 (run
-# ...-tune-groupnorm-mish-c12b) it lost to the one-kernel form by 1.25x or more at 512 groups
-# (3.9 per SM) and tied it at 128 (1.0 per SM: 41.3 vs 41.7 us)
-SPLIT_BELOW = 2
-# synchronised-form tiles (BLOCK, num_warps): 32-64 elements of x per thread, held in
-# registers across the wait. Fewer threads with more elements each: a program's fixed cost
-# (two block reductions, the partials, the wait: ~250 instructions per thread) is spread over
-# more elements (H200, first version: 4096 x 4 warps 32.7 us, 4096 x 8 warps 37.1 us)
-SYNC_TILES = ((4096, 4), (8192, 4), (4096, 2), (8192, 8), (16384, 8))
-MAX_CONFIGS = 24
 _arrivals: dict = {}  # (device, stream, S) -> int64 arrival counters of the synchronised form
 last_kernels = 1  # kernels the last call launched (the check pass records it)
 
@@ -389,66 +373,6 @@ def _gn_mish_sync(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, CPG, G, eps,
                  mask=mask)
 
 
-def chunks(cpg: int, split: int) -> tuple[int, int]:
-    """(chunks, channels per chunk) of the split form asked for `split` chunks of a group of
-    `cpg` channels: at most one per channel, balanced, none empty."""
-    cpc = triton.cdiv(cpg, max(1, min(split, cpg)))
-    return triton.cdiv(cpg, cpc), cpc
-
-
-def tile(cpg: int, hw: int, block: int) -> tuple[int, int, bool]:
-    """(CB, HB, ONE_TILE) for a tile budget of `block` elements over `cpg` channels."""
-    hb = min(triton.next_power_of_2(hw), block)
-    cb = max(1, block // hb)
-    return cb, hb, (cb >= cpg and hb >= hw)
-
-
-def sync_tiles(cpg: int, hw: int, block: int) -> tuple[int, int, int, int]:
-    """(CB, HB, channel tiles, pixel tiles) of the synchronised form: one tile of up to
-    `block` elements per program, S = channel tiles x pixel tiles programs per group."""
-    cb, hb, _ = tile(cpg, hw, block)
-    return cb, hb, triton.cdiv(cpg, cb), triton.cdiv(hw, hb)
-
-
-def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1,
-            max_sync: int | None = None) -> list[tuple[int, int, int, int, int]]:
-    """(BLOCK, num_warps, STAGES, SPLIT, SYNC) candidates for `groups` groups on `sms` SMs;
-    the first is the untimed default.
-
-    One kernel: the one-tile configs where the group fits (nothing to pipeline), else up to 6
-    two-pass ones. Synchronised form: the SYNC_TILES that cut the group into 2 to `max_sync`
-    tiles (default min(MAX_SPLIT, sms): programs that must be resident together). Split form,
-    only where the one-kernel form has fewer than SPLIT_BELOW programs per SM: chunks of whole
-    channels of about SPLIT_CHUNKS elements, at least 2 per group, each in tiles of up to 8192
-    elements (a chunk of several tiles also pipelined 2 deep); at most MAX_CONFIGS in all."""
-    one = triton.next_power_of_2(cpg) * triton.next_power_of_2(hw)
-    out = []
-    if one <= MAX_ONE_TILE:  # no loop: nothing to pipeline
-        out += [(one, w, 1, 0, 0, 0) for w in (8, 16, 4) if 4 <= one // (32 * w) <= 64]
-    two = [c for c in TWO_PASS if c[0] < one][:6]
-    out += [(*c, 0, 0, 0) for c in two]
-    # the same with a flat first pass: 4 vectors per thread per step (and 2 unpipelined)
-    out += [(*c, 0, 0, 4) for c in two] + [(*c, 0, 0, 2) for c in two if c[2] == 1]
-    for block, warps in SYNC_TILES:
-        _, _, nct, nht = sync_tiles(cpg, hw, block)
-        if 2 <= nct * nht <= (max_sync or min(MAX_SPLIT, sms)):
-            out.append((block, warps, 1, nct * nht, 1, 0))
-    seen = set()
-    for chunk in SPLIT_CHUNKS if groups < SPLIT_BELOW * sms else ():
-        split, cpc = chunks(cpg, triton.cdiv(cpg, max(1, chunk // hw)))
-        if split < 2 or split > MAX_SPLIT or split in seen:
-            continue
-        seen.add(split)
-        elems = triton.next_power_of_2(cpc) * triton.next_power_of_2(hw)
-        block = min(8192, elems)
-        out.append((block, 8 if block >= 4096 else 4, 1, split, 0, 0))
-        if elems > block:  # a chunk of several tiles: also pipelined
-            out.append((block, 8, 2, split, 0, 0))
-        # partials read flat (a chunk of whole channels is one contiguous run)
-        out.append((block, 8 if block >= 4096 else 4, 1, split, 0, 4))
-    return out[:MAX_CONFIGS] or [(one, 4, 1, 0, 0, 0)]
-
-
 def arrival_counters(device: torch.device, split: int, groups: int) -> torch.Tensor:
     """The synchronised form's int64 arrival counters for `groups` groups of `split`
     programs on `device` and its current stream: kept between calls (every launch leaves
@@ -523,7 +447,7 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
             cb, hb, one = tile(cpg, hw, block)
             _gn_mish[(groups,)](x, w, b, y, cpg, num_groups, eps, HW=hw, CB=cb, HB=hb,
                                 NHT=triton.cdiv(hw, hb), ONE_TILE=one, STAGES=stages,
-                                FAST=fast, ROWS=rows, COLS=32 * warps * (16 // x.element_size()),
+                                FAST=fast, ROWS=rows, COLS=flat_cols(warps, x.element_size()),
                                 num_warps=warps)
             return 1
         split, cpc = chunks(cpg, split)
@@ -532,7 +456,7 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
         part = torch.empty(2 * groups * split, device=x.device, dtype=torch.float32)
         _gn_partials[(groups * split,)](x, part, cpg, cpc, HW=hw, CB=cb, HB=hb, NHT=nht,
                                         SPLIT=split, STAGES=stages, ROWS=rows,
-                                        COLS=32 * warps * (16 // x.element_size()),
+                                        COLS=flat_cols(warps, x.element_size()),
                                         num_warps=warps)
         _gn_apply[(groups * split,)](x, w, b, part, y, cpg, cpc, num_groups, eps, HW=hw, CB=cb,
                                      HB=hb, NHT=nht, SPLIT=split,

@@ -181,7 +181,7 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
                                  "G": "i32", "eps": "fp32"},
                                 {"HW": hw, "CB": cb, "HB": hb, "NHT": triton.cdiv(hw, hb),
                                  "ONE_TILE": one, "STAGES": stages, "FAST": True, "ROWS": rows,
-                                 "COLS": 32 * warps * (16 // item)}, warps)
+                                 "COLS": tgm.flat_cols(warps, item)}, warps)
                     continue
                 split, cpc = tgm.chunks(cpg, split)
                 cb, hb, _ = tgm.tile(cpc, hw, block)
@@ -191,7 +191,7 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
                          + (f" ROWS={rows}" if rows else ""))
                 yield build(tgm._gn_partials, "groupnorm_mish", label + " partials",
                             {"x_ptr": t, "part_ptr": "*fp32", "CPG": "i32", "CPC": "i32"},
-                            {**tiles, "ROWS": rows, "COLS": 32 * warps * (16 // item)}, warps)
+                            {**tiles, "ROWS": rows, "COLS": tgm.flat_cols(warps, item)}, warps)
                 yield build(tgm._gn_apply, "groupnorm_mish", label + " apply",
                             {"x_ptr": t, "w_ptr": t, "b_ptr": t, "part_ptr": "*fp32",
                              "y_ptr": t, "CPG": "i32", "CPC": "i32", "G": "i32",

@@ -101,8 +101,9 @@ def test_mish_extremes_and_large_offsets():
 def test_candidates():
     """6-tuples the kernels take; one-tile shapes first (no loop), unpipelined before
     pipelined in the two-pass list, then all again with a flat first pass (ROWS 4) and the
-    unpipelined ones with ROWS 2, then the synchronised form (S = the group's tiles, 2 <= S <= the SMs),
-    then the split form (2+ chunks of whole channels), at most MAX_CONFIGS."""
+    unpipelined ones with ROWS 2, then the synchronised form (S = the group's tiles,
+    2 <= S <= the SMs), then the split form (2+ chunks of whole channels), at most
+    MAX_CONFIGS."""
     for cpg, hw in ((10, 4096), (20, 1024), (10, 16384), (2, 35), (8, 64)):
         cands = tgm.configs(cpg, hw, 128, 132)
         assert 1 <= len(cands) <= tgm.MAX_CONFIGS and len(set(cands)) == len(cands)

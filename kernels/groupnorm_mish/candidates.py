@@ -1,0 +1,92 @@
+"""groupnorm_mish's launch configurations: the tiles of a group, the chunks of the split form,
+the synchronised form's tiles, and the candidates the Tuner times per shape (`configs`).
+Plain Python: the Triton kernels and their launcher are in triton_groupnorm_mish.py."""
+from __future__ import annotations
+
+import triton
+
+MAX_ONE_TILE = 16384  # elements of a group kept in registers by the one-pass variant
+MAX_SPLIT = 64
+# one-kernel two-pass candidates (BLOCK, num_warps, STAGES): unpipelined, and the tile loops
+# pipelined 2-4 deep (STAGES - 1 tiles of BLOCK elements in shared memory per program)
+TWO_PASS = ((4096, 8, 1), (8192, 16, 1), (4096, 8, 3), (8192, 16, 3), (2048, 4, 3),
+            (4096, 4, 4), (2048, 4, 1), (8192, 8, 2))
+# split-form chunk sizes tried (elements per program, about)
+SPLIT_CHUNKS = (4096, 8192, 16384)
+# the split form is a candidate below this many groups per SM: on an H200 (run
+# ...-tune-groupnorm-mish-c12b) it lost to the one-kernel form by 1.25x or more at 512 groups
+# (3.9 per SM) and tied it at 128 (1.0 per SM: 41.3 vs 41.7 us)
+SPLIT_BELOW = 2
+# synchronised-form tiles (BLOCK, num_warps): 32-64 elements of x per thread, held in
+# registers across the wait. Fewer threads with more elements each: a program's fixed cost
+# (two block reductions, the partials, the wait: ~250 instructions per thread) is spread over
+# more elements (H200, first version: 4096 x 4 warps 32.7 us, 4096 x 8 warps 37.1 us)
+SYNC_TILES = ((4096, 4), (8192, 4), (4096, 2), (8192, 8), (16384, 8))
+MAX_CONFIGS = 24
+
+
+def flat_cols(warps: int, itemsize: int) -> int:
+    """COLS of the flat first pass (ROWS > 0): one 16-byte vector per thread."""
+    return 32 * warps * (16 // itemsize)
+
+
+def chunks(cpg: int, split: int) -> tuple[int, int]:
+    """(chunks, channels per chunk) of the split form asked for `split` chunks of a group of
+    `cpg` channels: at most one per channel, balanced, none empty."""
+    cpc = triton.cdiv(cpg, max(1, min(split, cpg)))
+    return triton.cdiv(cpg, cpc), cpc
+
+
+def tile(cpg: int, hw: int, block: int) -> tuple[int, int, bool]:
+    """(CB, HB, ONE_TILE) for a tile budget of `block` elements over `cpg` channels."""
+    hb = min(triton.next_power_of_2(hw), block)
+    cb = max(1, block // hb)
+    return cb, hb, (cb >= cpg and hb >= hw)
+
+
+def sync_tiles(cpg: int, hw: int, block: int) -> tuple[int, int, int, int]:
+    """(CB, HB, channel tiles, pixel tiles) of the synchronised form: one tile of up to
+    `block` elements per program, S = channel tiles x pixel tiles programs per group."""
+    cb, hb, _ = tile(cpg, hw, block)
+    return cb, hb, triton.cdiv(cpg, cb), triton.cdiv(hw, hb)
+
+
+def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1,
+            max_sync: int | None = None) -> list[tuple[int, int, int, int, int, int]]:
+    """(BLOCK, num_warps, STAGES, SPLIT, SYNC, ROWS) candidates for `groups` groups on `sms`
+    SMs; the first is the untimed default.
+
+    One kernel: the one-tile configs where the group fits (nothing to pipeline), else up to 6
+    two-pass ones, then the same with a flat first pass (ROWS 4; the unpipelined ones also
+    ROWS 2). Synchronised form: the SYNC_TILES that cut the group into 2 to `max_sync`
+    tiles (default min(MAX_SPLIT, sms): programs that must be resident together). Split form,
+    only where the one-kernel form has fewer than SPLIT_BELOW programs per SM: chunks of whole
+    channels of about SPLIT_CHUNKS elements, at least 2 per group, each in tiles of up to 8192
+    elements (a chunk of several tiles also pipelined 2 deep; also with flat partials, ROWS 4);
+    at most MAX_CONFIGS in all."""
+    one = triton.next_power_of_2(cpg) * triton.next_power_of_2(hw)
+    out = []
+    if one <= MAX_ONE_TILE:  # no loop: nothing to pipeline
+        out += [(one, w, 1, 0, 0, 0) for w in (8, 16, 4) if 4 <= one // (32 * w) <= 64]
+    two = [c for c in TWO_PASS if c[0] < one][:6]
+    out += [(*c, 0, 0, 0) for c in two]
+    # the same with a flat first pass: 4 vectors per thread per step (and 2 unpipelined)
+    out += [(*c, 0, 0, 4) for c in two] + [(*c, 0, 0, 2) for c in two if c[2] == 1]
+    for block, warps in SYNC_TILES:
+        _, _, nct, nht = sync_tiles(cpg, hw, block)
+        if 2 <= nct * nht <= (max_sync or min(MAX_SPLIT, sms)):
+            out.append((block, warps, 1, nct * nht, 1, 0))
+    seen = set()
+    for chunk in SPLIT_CHUNKS if groups < SPLIT_BELOW * sms else ():
+        split, cpc = chunks(cpg, triton.cdiv(cpg, max(1, chunk // hw)))
+        if split < 2 or split > MAX_SPLIT or split in seen:
+            continue
+        seen.add(split)
+        elems = triton.next_power_of_2(cpc) * triton.next_power_of_2(hw)
+        block = min(8192, elems)
+        out.append((block, 8 if block >= 4096 else 4, 1, split, 0, 0))
+        if elems > block:  # a chunk of several tiles: also pipelined
+            out.append((block, 8, 2, split, 0, 0))
+        # partials read flat (a chunk of whole channels is one contiguous run)
+        out.append((block, 8 if block >= 4096 else 4, 1, split, 0, 4))
+    return out[:MAX_CONFIGS] or [(one, 4, 1, 0, 0, 0)]
