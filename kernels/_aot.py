@@ -56,16 +56,18 @@ def _cost(k) -> Cost:
 
 
 def compile_gluon_cost(fn, signature: dict, consts: dict, warps: int,
-                       capability: int = 90) -> Cost:
+                       capability: int = 90, aligned=()) -> Cost:
     """Compile the Gluon kernel `fn` (signature: arg -> type, "constexpr", or a host-side
     Gluon TensorDescriptor, whose type string is taken from it: only its dtype, shape and block
-    matter, a CPU tensor will do). `regs` is the launch's per-thread budget; a warp-specialized
-    kernel's partitions re-divide it (setmaxnreg)."""
+    matter, a CPU tensor will do; `aligned`: args the launch marks divisible by 16). `regs` is
+    the launch's per-thread budget; a warp-specialized kernel's partitions re-divide it
+    (setmaxnreg)."""
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
     sig = {a: t if isinstance(t, str) else mangle_type(t) for a, t in signature.items()}
-    src = GluonASTSource(fn, sig, constexprs=consts)
+    attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in aligned}
+    src = GluonASTSource(fn, sig, constexprs=consts, attrs=attrs)
     return _cost(triton_compile(src, target=GPUTarget("cuda", capability, 32),
                                 options={"num_warps": warps}))
 

@@ -1,6 +1,7 @@
 """groupnorm_mish's launch configurations: the tiles of a group, the chunks of the split form,
-the synchronised form's tiles, and the candidates the Tuner times per shape (`configs`).
-Plain Python: the Triton kernels and their launcher are in triton_groupnorm_mish.py."""
+the synchronised form's tiles, the shared-memory form's rules, and the candidates the Tuner
+times per shape (`configs`). Plain Python: the Triton kernels and their launcher are in
+triton_groupnorm_mish.py, the Gluon kernel in smem_gluon.py."""
 from __future__ import annotations
 
 import triton
@@ -22,12 +23,70 @@ SPLIT_BELOW = 2
 # (two block reductions, the partials, the wait: ~250 instructions per thread) is spread over
 # more elements (H200, first version: 4096 x 4 warps 32.7 us, 4096 x 8 warps 37.1 us)
 SYNC_TILES = ((4096, 4), (8192, 4), (4096, 2), (8192, 8), (16384, 8))
-MAX_CONFIGS = 24
+# shared-memory form (SYNC = 2, smem_gluon.py): (num_warps, ROWS) of its chunks of ROWS x
+# num_warps rows (ROWS 16-byte vectors per thread), in order of preference
+SMEM_FORMS = ((16, 2), (8, 4), (16, 1), (8, 2))
+SMEM_LIMIT = 232448  # bytes of shared memory a Hopper block may use (227 KiB)
+SMEM_SLACK = 4096  # barriers and the block reductions' scratch
+MAX_BOX_ROWS = 256  # a TMA box's extent per dimension
+MAX_CONFIGS = 28
 
 
 def flat_cols(warps: int, itemsize: int) -> int:
     """COLS of the flat first pass (ROWS > 0): one 16-byte vector per thread."""
     return 32 * warps * (16 // itemsize)
+
+
+def smem_cols(itemsize: int) -> int:
+    """Columns of the shared-memory form's row view of x: one 16-byte vector per lane."""
+    return 32 * (16 // itemsize)
+
+
+def tile_smem(block: int, itemsize: int) -> int:
+    """Shared memory of one shared-memory-form program: two tile slots, and slack."""
+    return 2 * block * itemsize + SMEM_SLACK
+
+
+def smem_shape_error(cfg: tuple, cpg: int, hw: int, itemsize: int) -> str | None:
+    """Why config (BLOCK, num_warps, STAGES, SPLIT, 2, ROWS) of the shared-memory form does not
+    fit a group of cpg x hw elements of `itemsize` bytes (None when it does). BLOCK 0: the
+    tile is the group's L / SPLIT elements."""
+    block, warps, stages, split, _, rows = cfg
+    c, L = smem_cols(itemsize), cpg * hw
+    if hw % c:
+        return f"H*W={hw} is not a multiple of {c} (the row view's columns)"
+    if split < 1 or L % split or block not in (0, L // split):
+        return (f"SPLIT={split} must divide the group's {cpg}x{hw} = {L} elements (BLOCK 0 "
+                f"or L / SPLIT), got BLOCK={block}")
+    tile_elems, cr = L // split, rows * warps
+    if rows < 1 or cr > MAX_BOX_ROWS or tile_elems % (cr * c):
+        return (f"a tile of {tile_elems} elements is not whole chunks of ROWS={rows} x "
+                f"num_warps={warps} rows of {c} (a TMA box has at most {MAX_BOX_ROWS} rows)")
+    if stages not in (1, 2) or (split > 1 and stages != 1):
+        return (f"STAGES (programs per SM) is 1 or 2, and 1 where SPLIT > 1 (a group's "
+                f"programs must all be resident), got STAGES={stages} SPLIT={split}")
+    if stages * tile_smem(tile_elems, itemsize) > SMEM_LIMIT:
+        return (f"a tile of {tile_elems} elements needs {tile_smem(tile_elems, itemsize)} B of "
+                f"shared memory per program, {stages} per SM: over the {SMEM_LIMIT} B of an SM")
+    return None
+
+
+def smem_configs(cpg: int, hw: int, itemsize: int, sms: int) -> list[tuple]:
+    """The shared-memory form's candidates: with S the fewest tiles per group (a power of two,
+    at most the SMs) whose two slots fit an SM, S in the first two SMEM_FORMS chunkings that
+    cut its tile into whole chunks; two programs per SM where two fit; and 2S (half the tile:
+    a shorter pipeline fill and drain)."""
+    def fitting(split: int, stages: int) -> list[tuple]:
+        return [cfg for cfg in ((0, w, stages, split, 2, r) for w, r in SMEM_FORMS)
+                if smem_shape_error(cfg, cpg, hw, itemsize) is None]
+
+    limit, split = min(MAX_SPLIT, sms), 1
+    while split <= limit and not fitting(split, 1):
+        split *= 2
+    if split > limit:
+        return []
+    out = fitting(split, 1)[:2] + fitting(split, 2)[:1]
+    return out + (fitting(2 * split, 1)[:1] if 2 * split <= limit else [])
 
 
 def chunks(cpg: int, split: int) -> tuple[int, int]:
@@ -52,7 +111,8 @@ def sync_tiles(cpg: int, hw: int, block: int) -> tuple[int, int, int, int]:
 
 
 def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1,
-            max_sync: int | None = None) -> list[tuple[int, int, int, int, int, int]]:
+            max_sync: int | None = None, smem_itemsize: int = 0
+            ) -> list[tuple[int, int, int, int, int, int]]:
     """(BLOCK, num_warps, STAGES, SPLIT, SYNC, ROWS) candidates for `groups` groups on `sms`
     SMs; the first is the untimed default.
 
@@ -62,8 +122,9 @@ def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1,
     tiles (default min(MAX_SPLIT, sms): programs that must be resident together). Split form,
     only where the one-kernel form has fewer than SPLIT_BELOW programs per SM: chunks of whole
     channels of about SPLIT_CHUNKS elements, at least 2 per group, each in tiles of up to 8192
-    elements (a chunk of several tiles also pipelined 2 deep; also with flat partials, ROWS 4);
-    at most MAX_CONFIGS in all."""
+    elements (a chunk of several tiles also pipelined 2 deep; also with flat partials, ROWS 4).
+    Shared-memory form (SYNC 2, where it runs: `smem_itemsize` the element size, else 0): up
+    to 4 candidates (smem_configs), after the two-pass ones. At most MAX_CONFIGS in all."""
     one = triton.next_power_of_2(cpg) * triton.next_power_of_2(hw)
     out = []
     if one <= MAX_ONE_TILE:  # no loop: nothing to pipeline
@@ -72,6 +133,8 @@ def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1,
     out += [(*c, 0, 0, 0) for c in two]
     # the same with a flat first pass: 4 vectors per thread per step (and 2 unpipelined)
     out += [(*c, 0, 0, 4) for c in two] + [(*c, 0, 0, 2) for c in two if c[2] == 1]
+    if smem_itemsize and one > MAX_ONE_TILE:
+        out += smem_configs(cpg, hw, smem_itemsize, sms)
     for block, warps in SYNC_TILES:
         _, _, nct, nht = sync_tiles(cpg, hw, block)
         if 2 <= nct * nht <= (max_sync or min(MAX_SPLIT, sms)):

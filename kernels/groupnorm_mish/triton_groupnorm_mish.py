@@ -85,78 +85,24 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra import libdevice
 
 from kernels._common import Tuner, sm_count
 from kernels.groupnorm_mish.candidates import (  # noqa: F401  (MAX_CONFIGS: re-exported)
     MAX_CONFIGS, MAX_SPLIT, chunks, configs, flat_cols, sync_tiles, tile)
+from kernels.groupnorm_mish import smem_gluon
+from kernels.groupnorm_mish.mish import _mish_affine, _stats
 
-# candidates per shape (configs()); BLOCK: any power of two up to MAX_ONE_TILE
+# candidates per shape (configs()); BLOCK: any power of two up to MAX_ONE_TILE, or 0 (SYNC 2:
+# the group's L / SPLIT)
 _tuner = Tuner("groupnorm_mish", ("BLOCK", "num_warps", "STAGES", "SPLIT", "SYNC", "ROWS"),
-               values={"BLOCK": tuple(2 ** i for i in range(6, 15)), "num_warps": (1, 2, 4, 8, 16),
-                       "STAGES": (1, 2, 3, 4), "SPLIT": tuple(range(MAX_SPLIT + 1)),
-                       "SYNC": (0, 1), "ROWS": (0, 1, 2, 4, 8)})
+               values={"BLOCK": (0,) + tuple(2 ** i for i in range(6, 15)),
+                       "num_warps": (1, 2, 4, 8, 16), "STAGES": (1, 2, 3, 4),
+                       "SPLIT": tuple(range(MAX_SPLIT + 1)), "SYNC": (0, 1, 2),
+                       "ROWS": (0, 1, 2, 4, 8)})
+# what a SYNC 2 pick runs on an x that is not 16-byte aligned (TMA cannot read it)
+FALLBACK = (8192, 16, 1, 0, 0, 4)
 _arrivals: dict = {}  # (device, stream, S) -> int64 arrival counters of the synchronised form
 last_kernels = 1  # kernels the last call launched (the check pass records it)
-
-
-@triton.jit
-def _mish_affine(x, a, b, FAST: tl.constexpr, OUT: tl.constexpr):
-    """mish(v) of v = x·a + b (a and b per channel row: [CB] vectors, x a [CB, HB] tile), in
-    the output's dtype OUT.
-
-    mish(v) = v · n / (n + 2), n = e(e + 2), e = exp(v) (tanh(log(1 + e)) without tanh or log).
-    16-bit outputs on the GPU take it as v - v·r, r = 1 / q = 2 / (n + 2), q = h(2h + 2) + 1
-    and h = e / 2 = 2^(v·log2e - 1): per element one FMA for v, one for the exponent, two for
-    q, one for the result, one ex2 and half a reciprocal (one for two elements: 1/q_a =
-    q_b / (q_a q_b)). The MUFU pipe (ex2, rcp: 16 results per clock per SM) had set the pace:
-    2 per element cost as many cycles as the other 14 instructions together; now 1.5. The
-    exponent is clamped at 28 (v ~ 20: the factor is 1 to fp32 precision from there on, and
-    q < 2^57 keeps a pair's product finite). Where r ~ 1 (v < -5) the subtraction leaves an
-    absolute error of ~|v|·2^-23 (~1e-6, where |y| < 0.03), below a 16-bit output's tolerance;
-    fp32 outputs take v·n / (n + 2), accurate relative to y everywhere.
-    """
-    LOG2E: tl.constexpr = 1.4426950408889634
-    v = x * a[:, None] + b[:, None]
-    if OUT != tl.float32:
-        # the exponent is made from v (not from x): one value per element stays live across
-        # the exponent and the reciprocal, not two (the synchronised form holds 64 per thread:
-        # 96 registers, not 167)
-        s = tl.minimum(v * LOG2E - 1.0, 28.0)
-        if FAST:  # ex2.approx.ftz: no denormal fix-up (2 instructions, not 5)
-            h = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [s],
-                                          dtype=tl.float32, is_pure=True, pack=1)
-        else:  # the CPU interpreter has no inline PTX
-            h = tl.exp2(s)
-        q = h * (2.0 * h + 2.0) + 1.0
-        if FAST:  # one rcp.approx for a pair of elements
-            r = tl.inline_asm_elementwise(
-                "{ .reg .f32 p, rp; mul.f32 p, $2, $3; rcp.approx.ftz.f32 rp, p;"
-                " mul.f32 $0, rp, $3; mul.f32 $1, rp, $2; }",
-                "=r,=r,r,r", [q], dtype=tl.float32, is_pure=True, pack=2)
-        else:
-            r = 1.0 / q
-        y = v - v * r
-    elif FAST:  # fp32 out: e = exp(min(v, 20)) and a fast (2 ulp) division
-        e = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r",
-                                      [tl.minimum(v, 20.0) * LOG2E], dtype=tl.float32,
-                                      is_pure=True, pack=1)
-        n = e * (e + 2.0)
-        y = libdevice.fast_dividef(v * n, n + 2.0)
-    else:
-        e = tl.exp(tl.minimum(v, 20.0))
-        n = e * (e + 2.0)
-        y = v * n / (n + 2.0)
-    return y.to(OUT)
-
-
-@triton.jit
-def _stats(s1, s2, shift, L, eps):
-    """(mean, rstd) of a group from its sums of (x - shift) and their squares over L
-    elements."""
-    m1 = s1 / L
-    var = tl.maximum(s2 / L - m1 * m1, 0.0)
-    return shift + m1, 1.0 / tl.sqrt(var + eps)
 
 
 @triton.jit
@@ -425,6 +371,12 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
     def launch(cfg) -> int:
         vals = tuple(cfg)
         block, warps, stages, split, sync, rows = vals + (0, 0, 0)[len(vals) - 3:]
+        if sync == 2:
+            if x.data_ptr() % 16:  # TMA needs a 16-byte-aligned x: the flat two-pass form
+                return launch(FALLBACK)
+            smem_gluon.launch(x, w, b, y, num_groups, eps, vals, sm_count(x.device),
+                              lambda s, g: arrival_counters(x.device, s, g))
+            return 1
         if sync:
             cb, hb, nct, nht = sync_tiles(cpg, hw, block)
             if split != nct * nht:
@@ -465,8 +417,9 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
         return 2
 
     if config is None:
+        smem = x.element_size() if smem_gluon.unsupported(x.device) is None else 0
         config = _tuner.pick((N, C, hw, num_groups, x.dtype),
-                             configs(cpg, hw, groups, sm_count(x.device), resident or MAX_SPLIT),
-                             launch)
+                             configs(cpg, hw, groups, sm_count(x.device), resident or MAX_SPLIT,
+                                     smem), launch)
     last_kernels = launch(config)
     return y

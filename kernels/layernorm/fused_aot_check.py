@@ -19,7 +19,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from kernels._aot import compile_cost
+from kernels._aot import compile_cost, compile_gluon_cost
 
 import triton
 import triton.language as tl
@@ -55,6 +55,30 @@ def build(fn, name: str, label: str, args: dict, consts: dict, warps: int, stage
     c = compile_cost(fn, signature, consts, div16, warps, stages)
     return Build(name, label, c.regs, c.stack, c.smem_bytes, c.wgmma, c.vec16, c.cp_async,
                  c.tma, c.gdc)
+
+
+def build_smem(cfg: tuple, cpg: int, hw: int, dtype: str) -> Build:
+    """Compile groupnorm_mish's shared-memory form (a Gluon kernel) for sm_90 at config
+    (0, num_warps, STAGES, SPLIT, 2, ROWS)."""
+    import torch
+
+    from kernels.groupnorm_mish import smem_gluon as sg
+
+    _, warps, stages, split, _, rows = cfg
+    tdt = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
+    c = sg.smem_cols(tdt.itemsize)
+    cr, t = rows * warps, "*" + dtype
+    desc = sg.descriptor(torch.empty(cr, c, dtype=tdt), cr)
+    sig = {"desc": desc, "x_ptr": t, "w_ptr": t, "b_ptr": t, "y_ptr": t, "part_ptr": "*fp32",
+           "cnt_ptr": "*i64", "n_tiles": "i32", "G": "i32", "CPG": "i32", "eps": "fp32"}
+    consts = {"HW": hw, "S": split, "S_P2": triton.next_power_of_2(split),
+              "NCH": cpg * hw // split // (cr * c), "FAST": True}
+    k = compile_gluon_cost(sg._gn_mish_smem, {**{a: "constexpr" for a in consts}, **sig},
+                           consts, warps,
+                           aligned=[a for a, v in sig.items() if str(v).startswith("*")])
+    return Build("groupnorm_mish", f"HW={hw} smem {split}x{cpg * hw // split} w{warps} "
+                 f"ROWS={rows} {stages}/SM", k.regs, k.stack, k.smem_bytes, k.wgmma, k.vec16,
+                 k.cp_async, k.tma, k.gdc)
 
 
 def builds(dtype: str, only: set[str] | None, quick: bool = False):
@@ -157,10 +181,14 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
     if want("groupnorm_mish"):
         # 32 groups on 132 SMs: the split form's candidates too
         for cpg, hw in ((10, 4096), (20, 1024), (10, 16384))[:1 if quick else 3]:
-            cands = tgm.configs(cpg, hw, 32, 132)
+            cands = tgm.configs(cpg, hw, 32, 132, None, item)
             picked = (cands[:1] + [c for c in cands if c[3] and not c[4]][:1]
-                      + [c for c in cands if c[4]][:1]) if quick else cands
+                      + [c for c in cands if c[4] == 1][:1]
+                      + [c for c in cands if c[4] == 2][:1]) if quick else cands
             for block, warps, stages, split, sync, rows in picked:
+                if sync == 2:
+                    yield build_smem((block, warps, stages, split, sync, rows), cpg, hw, dtype)
+                    continue
                 if sync:
                     cb, hb, nct, nht = tgm.sync_tiles(cpg, hw, block)
                     yield build(tgm._gn_mish_sync, "groupnorm_mish",

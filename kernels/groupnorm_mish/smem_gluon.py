@@ -1,0 +1,191 @@
+"""GroupNorm + Mish with each program's tile of a group resident in shared memory, written in
+Gluon (TMA copies, mbarriers): the Tuner's SYNC = 2 form.
+
+Why: the one-kernel two-pass form reads a group twice (DRAM, then L2) and its programs wait on
+both reads; on an H200 it stopped at 75-79 % of a same-size copy (runs ...-d71b, ...-558f: ncu
+latency-bound, the first pass's load 30 % of the warp samples, DRAM 49 %, issue 64 %). Holding
+x in registers instead (SYNC = 1) costs the registers that set occupancy. Shared memory holds
+up to 227 KiB per SM: a whole 80 KiB group twice over.
+
+One program per SM (or two, STAGES), persistent: program p takes tiles p, p + P, ... of T =
+L / S contiguous elements (tile t: group t // S, part t % S). A tile is NCH chunks of CR rows x
+COLS columns of the (rows, COLS) view of x, CR = ROWS x num_warps (each thread holds ROWS
+16-byte vectors of a chunk), one TMA copy and one mbarrier per chunk, and two tile slots:
+while tile i is summed and normalised out of one slot, tile i + 1 is in flight into the other
+(DRAM sees reads and writes together, as in a copy, and no load waits in a thread's
+registers). Per tile: shifted sums over its chunks as they land (shift = the group's first
+element), then for S > 1 the synchronised form's exchange (publish 2 partials, count in on the
+group's arrival counter, wait for S, add the S partials in a fixed order), then normalise +
+Mish chunk by chunk from shared memory straight to y. Every slot is refilled only after all
+warps are done reading it (a CTA barrier, then a proxy fence before the TMA write).
+
+The wait needs a group's S tiles in flight together: P is a multiple of S, so the S tiles of a
+group are taken by S programs in the same round, and for S > 1 a program per SM (STAGES = 1),
+which always fits, so all P programs are resident. Chunks never straddle channels (HW is a
+multiple of COLS: w and b are per chunk row).
+
+Limits: a Hopper-or-later GPU (TMA), triton >= 3.6, HW a multiple of COLS (256 16-bit or 128
+fp32 elements), x 16-byte aligned (else the launcher falls back to the flat two-pass form).
+Gluon kernels do not run in the CPU interpreter: CI builds this one for sm_90 ahead of time;
+its numerics are checked on the GPU by the harness's check pass.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+
+from kernels._common import interpreted
+from kernels.groupnorm_mish.candidates import smem_cols, smem_shape_error
+from kernels.groupnorm_mish.mish import _mish_affine, _stats
+
+try:  # Gluon (3.6's and 3.9's API; the TMA copy was renamed after 3.6)
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
+    _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+    _cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier  # 3.9: gl.barrier
+except (ImportError, AttributeError):  # pragma: no cover
+    gluon = None
+MIN_TRITON = (3, 6)
+
+if gluon is not None:
+    @gluon.jit
+    def _gn_mish_smem(desc, x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, n_tiles, G, CPG,
+                      eps, HW: gl.constexpr, S: gl.constexpr, S_P2: gl.constexpr,
+                      NCH: gl.constexpr, FAST: gl.constexpr):
+        """desc: TMA descriptor of x's (rows, COLS) view in (CR, COLS) boxes; n_tiles = groups
+        x S; a tile is NCH boxes."""
+        CR: gl.constexpr = desc.block_type.shape[0]
+        COLS: gl.constexpr = desc.block_type.shape[1]
+        NBYTES: gl.constexpr = desc.block_type.nbytes
+        nw: gl.constexpr = gl.num_warps()
+        R: gl.constexpr = NCH * CR  # rows of a tile
+        RPC: gl.constexpr = HW // COLS  # rows per channel
+        layout: gl.constexpr = gl.BlockedLayout([1, COLS // 32], [1, 32], [nw, 1], [1, 0])
+        flat: gl.constexpr = gl.BlockedLayout([1], [32], [nw], [0])
+        buf = gl.allocate_shared_memory(desc.dtype, [2 * NCH, CR, COLS], desc.layout)
+        bars = gl.allocate_shared_memory(gl.int64, [2 * NCH, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(2 * NCH):
+            mbarrier.init(bars.index(i), count=1)
+        fence_async_shared()
+        pid = gl.program_id(0)
+        P = gl.num_programs(0)
+        L = CPG * HW
+        rows = gl.arange(0, CR, layout=gl.SliceLayout(1, layout))
+        offs = gl.expand_dims(rows, 1) * COLS + gl.expand_dims(
+            gl.arange(0, COLS, layout=gl.SliceLayout(0, layout)), 0)
+        # read the program's first tile (TMA, DRAM) into slot 0
+        for q in gl.static_range(NCH):
+            mbarrier.expect(bars.index(q), NBYTES, pred=pid < n_tiles)
+            _tma_load(desc, [pid * R + q * CR, 0], bars.index(q), buf.index(q),
+                      pred=pid < n_tiles)
+        it = 0
+        for t in range(pid, n_tiles, P):
+            s = it % 2
+            phase = (it // 2) & 1
+            nxt = t + P
+            # read the next tile (TMA, DRAM) into the other slot while this one is worked on
+            for q in gl.static_range(NCH):
+                k = (1 - s) * NCH + q
+                mbarrier.expect(bars.index(k), NBYTES, pred=nxt < n_tiles)
+                _tma_load(desc, [nxt * R + q * CR, 0], bars.index(k), buf.index(k),
+                          pred=nxt < n_tiles)
+            grp = t // S
+            # read 1 element of x (the group's shift, shared by its S tiles)
+            shift = gl.load(x_ptr + grp.to(gl.int64) * L).to(gl.float32)
+            a1 = gl.zeros([CR, COLS], gl.float32, layout)
+            a2 = gl.zeros([CR, COLS], gl.float32, layout)
+            for j in range(NCH):
+                mbarrier.wait(bars.index(s * NCH + j), phase)
+                # read CR x COLS of x (shared memory)
+                v = buf.index(s * NCH + j).load(layout).to(gl.float32) - shift
+                a1 += v
+                a2 += v * v
+            s1 = gl.sum(gl.sum(a1, axis=1), axis=0)
+            s2 = gl.sum(gl.sum(a2, axis=1), axis=0)
+            if S > 1:
+                # write 2 floats (the tile's partials), count in, wait for the group's S
+                # (thread 0 stores and counts: the release orders the partials first)
+                gl.store(part_ptr + 2 * t, s1)
+                gl.store(part_ptr + 2 * t + 1, s2)
+                arrived = gl.atomic_add(cnt_ptr + grp, 1, sem="release")
+                target = arrived - arrived % S + S
+                while gl.atomic_add(cnt_ptr + grp, 0, sem="acquire") < target:
+                    pass
+                kk = gl.arange(0, S_P2, layout=flat)
+                ps = part_ptr + 2 * grp * S + 2 * kk
+                # read the group's 2 x S partials (L2, .cg), added in a fixed order
+                s1 = gl.sum(gl.load(ps, mask=kk < S, other=0.0, cache_modifier=".cg"), axis=0)
+                s2 = gl.sum(gl.load(ps + 1, mask=kk < S, other=0.0, cache_modifier=".cg"),
+                            axis=0)
+            mean, rstd = _stats(s1, s2, shift, L, eps)
+            row0 = (t % S) * R  # the tile's first row within its group
+            wc0 = (grp % G) * CPG
+            ybase = y_ptr + t.to(gl.int64) * (R * COLS)
+            for j in range(NCH):
+                c = wc0 + (row0 + j * CR + rows) // RPC
+                # read CR of w and of b (L1/L2)
+                gw = gl.load(w_ptr + c).to(gl.float32)
+                gb = gl.load(b_ptr + c).to(gl.float32)
+                # read CR x COLS of x (shared memory); write CR x COLS of y
+                v = buf.index(s * NCH + j).load(layout).to(gl.float32)
+                gl.store(ybase + j * (CR * COLS) + offs,
+                         _mish_affine(v - mean, rstd * gw, gb, FAST, y_ptr.dtype.element_ty))
+            # every warp is done with this slot before the next round's TMA refills it
+            _cta_barrier()
+            fence_async_shared()
+            it += 1
+
+
+def _triton_version() -> tuple[int, int]:
+    major, minor = triton.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+def unsupported(device: torch.device) -> str | None:
+    """Why the shared-memory form cannot run on `device` (None when it can)."""
+    if gluon is None or _triton_version() < MIN_TRITON:
+        return (f"the shared-memory form (SYNC=2) needs triton >= "
+                f"{'.'.join(map(str, MIN_TRITON))} (triton.experimental.gluon), got "
+                f"{triton.__version__}")
+    if interpreted() or device.type != "cuda":
+        return ("the shared-memory form (SYNC=2) is a Gluon kernel: it runs on a GPU only "
+                "(the CPU interpreter does not run it)")
+    major, minor = torch.cuda.get_device_capability(device)
+    if major < 9:
+        return (f"the shared-memory form (SYNC=2) loads through TMA (sm_90 or later); this GPU "
+                f"is sm_{major}{minor}")
+    return None
+
+
+def descriptor(rows: torch.Tensor, cr: int):
+    """The TMA descriptor of x's (rows, COLS) view in boxes of `cr` rows, unswizzled (a warp
+    reads a row: conflict-free)."""
+    return GluonDescriptor.from_tensor(
+        rows, [cr, rows.shape[1]],
+        gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8 * rows.element_size(),
+                             rank=2))
+
+
+def launch(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, y: torch.Tensor, num_groups: int,
+           eps: float, cfg: tuple, sms: int, counters) -> None:
+    """Run config (0, num_warps, STAGES, SPLIT, 2, ROWS) on contiguous, 16-byte-aligned x
+    (N, C, H, W) into y. `counters(split, groups)` gives the arrival counters."""
+    N, C, H, W = x.shape
+    cpg, hw = C // num_groups, H * W
+    reason = unsupported(x.device) or smem_shape_error(tuple(cfg), cpg, hw, x.element_size())
+    if reason:
+        raise ValueError(f"groupnorm_mish: config {tuple(cfg)}: {reason}")
+    _, warps, stages, split, _, rows = cfg
+    c, cr, block = smem_cols(x.element_size()), rows * warps, cpg * hw // split
+    groups = N * num_groups
+    n_tiles = groups * split
+    programs = min(n_tiles, sms * stages)
+    programs -= programs % split  # a group's tiles in one round
+    desc = descriptor(x.view(-1, c), cr)
+    part = torch.empty(2 * n_tiles, device=x.device, dtype=torch.float32)
+    cnt = counters(split, groups)
+    _gn_mish_smem[(programs,)](desc, x, w, b, y, part, cnt, n_tiles, num_groups, cpg, eps,
+                               HW=hw, S=split, S_P2=triton.next_power_of_2(split),
+                               NCH=block // (cr * c), FAST=True, num_warps=warps)
