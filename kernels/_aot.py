@@ -56,20 +56,20 @@ def _cost(k) -> Cost:
 
 
 def compile_gluon_cost(fn, signature: dict, consts: dict, warps: int,
-                       capability: int = 90, aligned=()) -> Cost:
+                       capability: int = 90, aligned=(), maxnreg: int | None = None) -> Cost:
     """Compile the Gluon kernel `fn` (signature: arg -> type, "constexpr", or a host-side
     Gluon TensorDescriptor, whose type string is taken from it: only its dtype, shape and block
-    matter, a CPU tensor will do; `aligned`: args the launch marks divisible by 16). `regs` is
-    the launch's per-thread budget; a warp-specialized kernel's partitions re-divide it
-    (setmaxnreg)."""
+    matter, a CPU tensor will do; `aligned`: args the launch marks divisible by 16; `maxnreg`:
+    the launch's register cap, if any). `regs` is the launch's per-thread budget; a
+    warp-specialized kernel's partitions re-divide it (setmaxnreg)."""
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
     sig = {a: t if isinstance(t, str) else mangle_type(t) for a, t in signature.items()}
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in aligned}
     src = GluonASTSource(fn, sig, constexprs=consts, attrs=attrs)
-    return _cost(triton_compile(src, target=GPUTarget("cuda", capability, 32),
-                                options={"num_warps": warps}))
+    options = {"num_warps": warps, **({"maxnreg": maxnreg} if maxnreg else {})}
+    return _cost(triton_compile(src, target=GPUTarget("cuda", capability, 32), options=options))
 
 
 def compile_cost(fn, signature: dict, consts: dict, aligned, warps: int, stages: int,

@@ -27,7 +27,9 @@ SYNC_TILES = ((4096, 4), (8192, 4), (4096, 2), (8192, 8), (16384, 8))
 # num_warps rows (ROWS 16-byte vectors per thread), in order of preference
 SMEM_FORMS = ((16, 2), (8, 4), (16, 1), (8, 2))
 SMEM_LIMIT = 232448  # bytes of shared memory a Hopper block may use (227 KiB)
+SMEM_SM = 233472  # bytes of shared memory of a Hopper SM (each block also reserves 1 KiB)
 SMEM_SLACK = 4096  # barriers and the block reductions' scratch
+MAX_SMEM_PROGRAMS = 4  # programs per SM of the shared-memory form (STAGES)
 MAX_BOX_ROWS = 256  # a TMA box's extent per dimension
 MAX_CONFIGS = 28
 
@@ -43,8 +45,8 @@ def smem_cols(itemsize: int) -> int:
 
 
 def tile_smem(block: int, itemsize: int) -> int:
-    """Shared memory of one shared-memory-form program: two tile slots, and slack."""
-    return 2 * block * itemsize + SMEM_SLACK
+    """Shared memory of one shared-memory-form program: its tile, and slack."""
+    return block * itemsize + SMEM_SLACK
 
 
 def smem_shape_error(cfg: tuple, cpg: int, hw: int, itemsize: int) -> str | None:
@@ -62,31 +64,43 @@ def smem_shape_error(cfg: tuple, cpg: int, hw: int, itemsize: int) -> str | None
     if rows < 1 or cr > MAX_BOX_ROWS or tile_elems % (cr * c):
         return (f"a tile of {tile_elems} elements is not whole chunks of ROWS={rows} x "
                 f"num_warps={warps} rows of {c} (a TMA box has at most {MAX_BOX_ROWS} rows)")
-    if stages not in (1, 2) or (split > 1 and stages != 1):
-        return (f"STAGES (programs per SM) is 1 or 2, and 1 where SPLIT > 1 (a group's "
-                f"programs must all be resident), got STAGES={stages} SPLIT={split}")
-    if stages * tile_smem(tile_elems, itemsize) > SMEM_LIMIT:
-        return (f"a tile of {tile_elems} elements needs {tile_smem(tile_elems, itemsize)} B of "
-                f"shared memory per program, {stages} per SM: over the {SMEM_LIMIT} B of an SM")
+    if not 1 <= stages <= MAX_SMEM_PROGRAMS or stages * warps > 32:
+        return (f"STAGES (programs per SM) is 1 to {MAX_SMEM_PROGRAMS}, with STAGES x "
+                f"num_warps <= 32, got STAGES={stages} num_warps={warps}")
+    need = tile_smem(tile_elems, itemsize)
+    if need > SMEM_LIMIT or stages * (need + 1024) > SMEM_SM:
+        return (f"a tile of {tile_elems} elements needs {need} B of shared memory per program, "
+                f"{stages} per SM: over the {SMEM_SM} B of an SM")
     return None
 
 
 def smem_configs(cpg: int, hw: int, itemsize: int, sms: int) -> list[tuple]:
-    """The shared-memory form's candidates: with S the fewest tiles per group (a power of two,
-    at most the SMs) whose two slots fit an SM, S in the first two SMEM_FORMS chunkings that
-    cut its tile into whole chunks; two programs per SM where two fit; and 2S (half the tile:
-    a shorter pipeline fill and drain)."""
-    def fitting(split: int, stages: int) -> list[tuple]:
-        return [cfg for cfg in ((0, w, stages, split, 2, r) for w, r in SMEM_FORMS)
+    """The shared-memory form's candidates. S = the fewest tiles per group (a power of two, at
+    most the SMs) whose tile fits an SM; then the most programs per SM that fit (at most 2 of
+    16 warps, 4 of 8), in the first SMEM_FORMS chunking that cuts the tile into whole chunks,
+    and in the next one; one program per SM; and 2S tiles (half the size: twice the programs
+    per SM)."""
+    def fitting(split: int, stages: int, warps: int) -> list[tuple]:
+        return [cfg for cfg in ((0, w, stages, split, 2, r) for w, r in SMEM_FORMS if w == warps)
                 if smem_shape_error(cfg, cpg, hw, itemsize) is None]
 
+    def most(split: int) -> list[tuple]:
+        for stages in range(MAX_SMEM_PROGRAMS, 0, -1):
+            for warps in (16, 8):
+                cands = fitting(split, stages, warps)
+                if cands:
+                    return cands
+        return []
+
     limit, split = min(MAX_SPLIT, sms), 1
-    while split <= limit and not fitting(split, 1):
+    while split <= limit and not most(split):
         split *= 2
     if split > limit:
         return []
-    out = fitting(split, 1)[:2] + fitting(split, 2)[:1]
-    return out + (fitting(2 * split, 1)[:1] if 2 * split <= limit else [])
+    out = most(split)[:2]
+    out += [c for c in fitting(split, 1, 16)[:1] if c not in out]
+    out += [c for c in (most(2 * split)[:1] if 2 * split <= limit else []) if c not in out]
+    return out
 
 
 def chunks(cpg: int, split: int) -> tuple[int, int]:

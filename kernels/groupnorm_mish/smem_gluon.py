@@ -64,9 +64,9 @@ if gluon is not None:
         RPC: gl.constexpr = HW // COLS  # rows per channel
         layout: gl.constexpr = gl.BlockedLayout([1, COLS // 32], [1, 32], [nw, 1], [1, 0])
         flat: gl.constexpr = gl.BlockedLayout([1], [32], [nw], [0])
-        buf = gl.allocate_shared_memory(desc.dtype, [2 * NCH, CR, COLS], desc.layout)
-        bars = gl.allocate_shared_memory(gl.int64, [2 * NCH, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(2 * NCH):
+        buf = gl.allocate_shared_memory(desc.dtype, [NCH, CR, COLS], desc.layout)
+        bars = gl.allocate_shared_memory(gl.int64, [NCH, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(NCH):
             mbarrier.init(bars.index(i), count=1)
         fence_async_shared()
         pid = gl.program_id(0)
@@ -75,31 +75,22 @@ if gluon is not None:
         rows = gl.arange(0, CR, layout=gl.SliceLayout(1, layout))
         offs = gl.expand_dims(rows, 1) * COLS + gl.expand_dims(
             gl.arange(0, COLS, layout=gl.SliceLayout(0, layout)), 0)
-        # read the program's first tile (TMA, DRAM) into slot 0
+        # read the program's first tile (TMA, DRAM)
         for q in gl.static_range(NCH):
             mbarrier.expect(bars.index(q), NBYTES, pred=pid < n_tiles)
             _tma_load(desc, [pid * R + q * CR, 0], bars.index(q), buf.index(q),
                       pred=pid < n_tiles)
-        it = 0
+        phase = 0
         for t in range(pid, n_tiles, P):
-            s = it % 2
-            phase = (it // 2) & 1
-            nxt = t + P
-            # read the next tile (TMA, DRAM) into the other slot while this one is worked on
-            for q in gl.static_range(NCH):
-                k = (1 - s) * NCH + q
-                mbarrier.expect(bars.index(k), NBYTES, pred=nxt < n_tiles)
-                _tma_load(desc, [nxt * R + q * CR, 0], bars.index(k), buf.index(k),
-                          pred=nxt < n_tiles)
             grp = t // S
             # read 1 element of x (the group's shift, shared by its S tiles)
             shift = gl.load(x_ptr + grp.to(gl.int64) * L).to(gl.float32)
             a1 = gl.zeros([CR, COLS], gl.float32, layout)
             a2 = gl.zeros([CR, COLS], gl.float32, layout)
-            for j in range(NCH):
-                mbarrier.wait(bars.index(s * NCH + j), phase)
+            for j in range(NCH):  # each chunk as soon as it has landed
+                mbarrier.wait(bars.index(j), phase)
                 # read CR x COLS of x (shared memory)
-                v = buf.index(s * NCH + j).load(layout).to(gl.float32) - shift
+                v = buf.index(j).load(layout).to(gl.float32) - shift
                 a1 += v
                 a2 += v * v
             s1 = gl.sum(gl.sum(a1, axis=1), axis=0)
@@ -123,19 +114,25 @@ if gluon is not None:
             row0 = (t % S) * R  # the tile's first row within its group
             wc0 = (grp % G) * CPG
             ybase = y_ptr + t.to(gl.int64) * (R * COLS)
+            nxt = t + P
             for j in range(NCH):
+                # read CR x COLS of x (shared memory) into registers
+                v = buf.index(j).load(layout).to(gl.float32)
+                # every warp holds chunk j: refill its slot with the next tile's chunk j
+                # (TMA, DRAM), in flight while this tile is normalised
+                _cta_barrier()
+                fence_async_shared()
+                mbarrier.expect(bars.index(j), NBYTES, pred=nxt < n_tiles)
+                _tma_load(desc, [nxt * R + j * CR, 0], bars.index(j), buf.index(j),
+                          pred=nxt < n_tiles)
                 c = wc0 + (row0 + j * CR + rows) // RPC
                 # read CR of w and of b (L1/L2)
                 gw = gl.load(w_ptr + c).to(gl.float32)
                 gb = gl.load(b_ptr + c).to(gl.float32)
-                # read CR x COLS of x (shared memory); write CR x COLS of y
-                v = buf.index(s * NCH + j).load(layout).to(gl.float32)
+                # write CR x COLS of y
                 gl.store(ybase + j * (CR * COLS) + offs,
                          _mish_affine(v - mean, rstd * gw, gb, FAST, y_ptr.dtype.element_ty))
-            # every warp is done with this slot before the next round's TMA refills it
-            _cta_barrier()
-            fence_async_shared()
-            it += 1
+            phase ^= 1
 
 
 def _triton_version() -> tuple[int, int]:
@@ -168,6 +165,38 @@ def descriptor(rows: torch.Tensor, cr: int):
                              rank=2))
 
 
+def launch_caps(warps: int, stages: int) -> dict:
+    """Launch options: STAGES programs of `warps` warps share an SM's 64K registers, so the
+    build is capped at its share (without it a synchronised build of 90 registers fits once
+    per SM, and a group's programs could not all be resident)."""
+    if stages == 1:
+        return {}
+    return {"maxnreg": min(255, 65536 // (32 * warps * stages) // 8 * 8)}
+
+
+_resident: dict = {}  # (device, compile key) -> programs of that build an SM holds
+
+
+def resident_per_sm(device: torch.device, key: tuple, build) -> int:
+    """How many programs of a build fit on one SM at once (shared memory, registers, warps),
+    from the compiled kernel (`build()` compiles it without launching); kept per key."""
+    k = (str(device), key)
+    if k not in _resident:
+        kernel = build()
+        init = getattr(kernel, "_init_handles", None)
+        if init is not None:
+            init()
+        warps = kernel.metadata.num_warps
+        props = torch.cuda.get_device_properties(device)
+        smem_sm = getattr(props, "shared_memory_per_multiprocessor", 233472)
+        regs_sm = getattr(props, "regs_per_multiprocessor", 65536)
+        threads_sm = getattr(props, "max_threads_per_multi_processor", 2048)
+        regs_warp = -(-kernel.n_regs * 32 // 256) * 256  # allocated per warp in 256s
+        _resident[k] = min(smem_sm // (kernel.metadata.shared + 1024),
+                           regs_sm // (regs_warp * warps), threads_sm // (32 * warps))
+    return _resident[k]
+
+
 def launch(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, y: torch.Tensor, num_groups: int,
            eps: float, cfg: tuple, sms: int, counters) -> None:
     """Run config (0, num_warps, STAGES, SPLIT, 2, ROWS) on contiguous, 16-byte-aligned x
@@ -181,11 +210,18 @@ def launch(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, y: torch.Tensor, n
     c, cr, block = smem_cols(x.element_size()), rows * warps, cpg * hw // split
     groups = N * num_groups
     n_tiles = groups * split
-    programs = min(n_tiles, sms * stages)
-    programs -= programs % split  # a group's tiles in one round
     desc = descriptor(x.view(-1, c), cr)
     part = torch.empty(2 * n_tiles, device=x.device, dtype=torch.float32)
     cnt = counters(split, groups)
-    _gn_mish_smem[(programs,)](desc, x, w, b, y, part, cnt, n_tiles, num_groups, cpg, eps,
-                               HW=hw, S=split, S_P2=triton.next_power_of_2(split),
-                               NCH=block // (cr * c), FAST=True, num_warps=warps)
+    args = (desc, x, w, b, y, part, cnt, n_tiles, num_groups, cpg, eps)
+    consts = dict(HW=hw, S=split, S_P2=triton.next_power_of_2(split), NCH=block // (cr * c),
+                  FAST=True, num_warps=warps, **launch_caps(warps, stages))
+    fit = resident_per_sm(x.device, (x.dtype, *consts.items()),
+                          lambda: _gn_mish_smem.warmup(*args, grid=(1,), **consts))
+    if fit < 1 or (split > 1 and fit < stages):
+        # a group's S programs wait for each other: all must be resident
+        raise ValueError(f"groupnorm_mish: config {tuple(cfg)}: {stages} program(s) per SM "
+                         f"asked, {fit} fit (shared memory, registers)")
+    programs = min(n_tiles, sms * min(stages, fit))
+    programs -= programs % split  # a group's tiles in one round
+    _gn_mish_smem[(programs,)](*args, **consts)

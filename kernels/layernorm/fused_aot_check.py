@@ -75,7 +75,8 @@ def build_smem(cfg: tuple, cpg: int, hw: int, dtype: str) -> Build:
               "NCH": cpg * hw // split // (cr * c), "FAST": True}
     k = compile_gluon_cost(sg._gn_mish_smem, {**{a: "constexpr" for a in consts}, **sig},
                            consts, warps,
-                           aligned=[a for a, v in sig.items() if str(v).startswith("*")])
+                           aligned=[a for a, v in sig.items() if str(v).startswith("*")],
+                           maxnreg=sg.launch_caps(warps, stages).get("maxnreg"))
     return Build("groupnorm_mish", f"HW={hw} smem {split}x{cpg * hw // split} w{warps} "
                  f"ROWS={rows} {stages}/SM", k.regs, k.stack, k.smem_bytes, k.wgmma, k.vec16,
                  k.cp_async, k.tma, k.gdc)
