@@ -25,7 +25,7 @@ SPLIT_BELOW = 2
 SYNC_TILES = ((4096, 4), (8192, 4), (4096, 2), (8192, 8), (16384, 8))
 # shared-memory form (SYNC = 2, smem_gluon.py): (num_warps, ROWS) of its chunks of ROWS x
 # num_warps rows (ROWS 16-byte vectors per thread), in order of preference
-SMEM_FORMS = ((16, 2), (8, 4), (16, 1), (8, 2), (8, 1))
+SMEM_FORMS = ((16, 2), (8, 4), (16, 1), (8, 2))
 SMEM_LIMIT = 232448  # bytes of shared memory a Hopper block may use (227 KiB)
 SMEM_SM = 233472  # bytes of shared memory of a Hopper SM (each block also reserves 1 KiB)
 SMEM_SLACK = 4096  # barriers and the block reductions' scratch
@@ -77,8 +77,9 @@ def smem_shape_error(cfg: tuple, cpg: int, hw: int, itemsize: int) -> str | None
 def smem_configs(cpg: int, hw: int, itemsize: int, sms: int) -> list[tuple]:
     """The shared-memory form's candidates. S = the fewest tiles per group (a power of two, at
     most the SMs) whose tile fits an SM; then the most programs per SM that fit (at most 2 of
-    16 warps, 4 of 8) in the first three SMEM_FORMS chunkings that cut the tile into whole
-    chunks; one program per SM; and 2S tiles (half the size: twice the programs per SM)."""
+    16 warps, 4 of 8), in the first SMEM_FORMS chunking that cuts the tile into whole chunks,
+    and in the next one; one program per SM; and 2S tiles (half the size: twice the programs
+    per SM)."""
     def fitting(split: int, stages: int, warps: int) -> list[tuple]:
         return [cfg for cfg in ((0, w, stages, split, 2, r) for w, r in SMEM_FORMS if w == warps)
                 if smem_shape_error(cfg, cpg, hw, itemsize) is None]
@@ -96,9 +97,9 @@ def smem_configs(cpg: int, hw: int, itemsize: int, sms: int) -> list[tuple]:
         split *= 2
     if split > limit:
         return []
-    out = most(split)[:3]
+    out = most(split)[:2]
     out += [c for c in fitting(split, 1, 16)[:1] if c not in out]
-    out += [c for c in (most(2 * split)[:2] if 2 * split <= limit else []) if c not in out]
+    out += [c for c in (most(2 * split)[:1] if 2 * split <= limit else []) if c not in out]
     return out
 
 

@@ -48,13 +48,12 @@ try:  # Gluon (3.6's and 3.9's API; the TMA copy was renamed after 3.6)
 except (ImportError, AttributeError):  # pragma: no cover
     gluon = None
 MIN_TRITON = (3, 6)
-AHEAD = 2  # chunks the next tile's sums trail its refill by
 
 if gluon is not None:
     @gluon.jit
     def _gn_mish_smem(desc, x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, n_tiles, G, CPG,
                       eps, HW: gl.constexpr, S: gl.constexpr, S_P2: gl.constexpr,
-                      NCH: gl.constexpr, AHEAD: gl.constexpr, FAST: gl.constexpr):
+                      NCH: gl.constexpr, FAST: gl.constexpr):
         """desc: TMA descriptor of x's (rows, COLS) view in (CR, COLS) boxes; n_tiles = groups
         x S; a tile is NCH boxes."""
         CR: gl.constexpr = desc.block_type.shape[0]
@@ -81,17 +80,19 @@ if gluon is not None:
             mbarrier.expect(bars.index(q), NBYTES, pred=pid < n_tiles)
             _tma_load(desc, [pid * R + q * CR, 0], bars.index(q), buf.index(q),
                       pred=pid < n_tiles)
-        # the first tile's shifted sums (shift: its group's first element)
-        shift = gl.load(x_ptr + (pid // S).to(gl.int64) * L, mask=pid < n_tiles,
-                        other=0.0).to(gl.float32)
-        a1 = gl.zeros([CR, COLS], gl.float32, layout)
-        a2 = gl.zeros([CR, COLS], gl.float32, layout)
-        if pid < n_tiles:
-            for j in range(NCH):
-                a1, a2 = _add_chunk(buf, bars, j, 0, shift, a1, a2, layout)
         phase = 0
         for t in range(pid, n_tiles, P):
             grp = t // S
+            # read 1 element of x (the group's shift, shared by its S tiles)
+            shift = gl.load(x_ptr + grp.to(gl.int64) * L).to(gl.float32)
+            a1 = gl.zeros([CR, COLS], gl.float32, layout)
+            a2 = gl.zeros([CR, COLS], gl.float32, layout)
+            for j in range(NCH):  # each chunk as soon as it has landed
+                mbarrier.wait(bars.index(j), phase)
+                # read CR x COLS of x (shared memory)
+                v = buf.index(j).load(layout).to(gl.float32) - shift
+                a1 += v
+                a2 += v * v
             s1 = gl.sum(gl.sum(a1, axis=1), axis=0)
             s2 = gl.sum(gl.sum(a2, axis=1), axis=0)
             if S > 1:
@@ -114,12 +115,6 @@ if gluon is not None:
             wc0 = (grp % G) * CPG
             ybase = y_ptr + t.to(gl.int64) * (R * COLS)
             nxt = t + P
-            more = nxt < n_tiles
-            # read 1 element of x (the next tile's shift)
-            shift = gl.load(x_ptr + (nxt // S).to(gl.int64) * L, mask=more,
-                            other=0.0).to(gl.float32)
-            a1 = gl.zeros([CR, COLS], gl.float32, layout)
-            a2 = gl.zeros([CR, COLS], gl.float32, layout)
             for j in range(NCH):
                 # read CR x COLS of x (shared memory) into registers
                 v = buf.index(j).load(layout).to(gl.float32)
@@ -127,13 +122,9 @@ if gluon is not None:
                 # (TMA, DRAM), in flight while this tile is normalised
                 _cta_barrier()
                 fence_async_shared()
-                mbarrier.expect(bars.index(j), NBYTES, pred=more)
-                _tma_load(desc, [nxt * R + j * CR, 0], bars.index(j), buf.index(j), pred=more)
-                # the next tile's sums, AHEAD chunks behind its refill (landed by now)
-                if j >= AHEAD:
-                    if more:
-                        a1, a2 = _add_chunk(buf, bars, j - AHEAD, phase ^ 1, shift, a1, a2,
-                                            layout)
+                mbarrier.expect(bars.index(j), NBYTES, pred=nxt < n_tiles)
+                _tma_load(desc, [nxt * R + j * CR, 0], bars.index(j), buf.index(j),
+                          pred=nxt < n_tiles)
                 c = wc0 + (row0 + j * CR + rows) // RPC
                 # read CR of w and of b (L1/L2)
                 gw = gl.load(w_ptr + c).to(gl.float32)
@@ -141,18 +132,7 @@ if gluon is not None:
                 # write CR x COLS of y
                 gl.store(ybase + j * (CR * COLS) + offs,
                          _mish_affine(v - mean, rstd * gw, gb, FAST, y_ptr.dtype.element_ty))
-            if more:  # the next tile's last AHEAD chunks
-                for j in range(NCH - AHEAD, NCH):
-                    a1, a2 = _add_chunk(buf, bars, j, phase ^ 1, shift, a1, a2, layout)
             phase ^= 1
-
-    @gluon.jit
-    def _add_chunk(buf, bars, j, phase, shift, a1, a2, layout: gl.constexpr):
-        """a1 += x - shift, a2 += (x - shift)^2 over chunk j once it has landed."""
-        mbarrier.wait(bars.index(j), phase)
-        # read CR x COLS of x (shared memory)
-        v = buf.index(j).load(layout).to(gl.float32) - shift
-        return a1 + v, a2 + v * v
 
 
 def _triton_version() -> tuple[int, int]:
@@ -234,9 +214,8 @@ def launch(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, y: torch.Tensor, n
     part = torch.empty(2 * n_tiles, device=x.device, dtype=torch.float32)
     cnt = counters(split, groups)
     args = (desc, x, w, b, y, part, cnt, n_tiles, num_groups, cpg, eps)
-    nch = block // (cr * c)
-    consts = dict(HW=hw, S=split, S_P2=triton.next_power_of_2(split), NCH=nch,
-                  AHEAD=min(AHEAD, nch - 1), FAST=True, num_warps=warps, **launch_caps(warps, stages))
+    consts = dict(HW=hw, S=split, S_P2=triton.next_power_of_2(split), NCH=block // (cr * c),
+                  FAST=True, num_warps=warps, **launch_caps(warps, stages))
     fit = resident_per_sm(x.device, (x.dtype, *consts.items()),
                           lambda: _gn_mish_smem.warmup(*args, grid=(1,), **consts))
     if fit < 1 or (split > 1 and fit < stages):

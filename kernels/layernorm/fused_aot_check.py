@@ -72,8 +72,7 @@ def build_smem(cfg: tuple, cpg: int, hw: int, dtype: str) -> Build:
     sig = {"desc": desc, "x_ptr": t, "w_ptr": t, "b_ptr": t, "y_ptr": t, "part_ptr": "*fp32",
            "cnt_ptr": "*i64", "n_tiles": "i32", "G": "i32", "CPG": "i32", "eps": "fp32"}
     consts = {"HW": hw, "S": split, "S_P2": triton.next_power_of_2(split),
-              "NCH": cpg * hw // split // (cr * c),
-              "AHEAD": min(sg.AHEAD, cpg * hw // split // (cr * c) - 1), "FAST": True}
+              "NCH": cpg * hw // split // (cr * c), "FAST": True}
     k = compile_gluon_cost(sg._gn_mish_smem, {**{a: "constexpr" for a in consts}, **sig},
                            consts, warps,
                            aligned=[a for a, v in sig.items() if str(v).startswith("*")],
