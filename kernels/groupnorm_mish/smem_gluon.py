@@ -7,22 +7,34 @@ latency-bound, the first pass's load 30 % of the warp samples, DRAM 49 %, issue 
 x in registers instead (SYNC = 1) costs the registers that set occupancy. Shared memory holds
 up to 227 KiB per SM: a whole 80 KiB group twice over.
 
-One program per SM (or two, STAGES), persistent: program p takes tiles p, p + P, ... of T =
-L / S contiguous elements (tile t: group t // S, part t % S). A tile is NCH chunks of CR rows x
-COLS columns of the (rows, COLS) view of x, CR = ROWS x num_warps (each thread holds ROWS
-16-byte vectors of a chunk), one TMA copy and one mbarrier per chunk, and two tile slots:
-while tile i is summed and normalised out of one slot, tile i + 1 is in flight into the other
-(DRAM sees reads and writes together, as in a copy, and no load waits in a thread's
-registers). Per tile: shifted sums over its chunks as they land (shift = the group's first
-element), then for S > 1 the synchronised form's exchange (publish 2 partials, count in on the
-group's arrival counter, wait for S, add the S partials in a fixed order), then normalise +
-Mish chunk by chunk from shared memory straight to y. Every slot is refilled only after all
-warps are done reading it (a CTA barrier, then a proxy fence before the TMA write).
+STAGES programs per SM (1 to 4, as many as fit), persistent: program p takes tiles p, p + P,
+... of T = L / S contiguous elements (tile t: group t // S, part t % S). A tile is NCH chunks
+of CR rows x COLS columns of the (rows, COLS) view of x, CR = ROWS x num_warps (each thread
+holds ROWS 16-byte vectors of a chunk), one TMA copy and one mbarrier per chunk, and one tile
+slot. Per tile: shifted sums over its chunks as they land (shift = the group's first element);
+for S > 1 the synchronised form's exchange (publish 2 partials, count in on the group's arrival
+counter, wait for S, add the S partials in a fixed order); then normalise + Mish chunk by chunk
+from shared memory straight to y, and as soon as every warp holds chunk j in registers (a CTA
+barrier, then a proxy fence) its slot is refilled with the next tile's chunk j. So DRAM sees
+the next tile's reads beside this tile's writes, as in a copy, and no load waits in a thread's
+registers.
+
+On an H200 (runs ...-tune-groupnorm-mish-fc49 / ...-groupnorm-mish-d4bd, then ...-c3e3 /
+...-6e2e): a first form with two slots per program (the next tile in flight in the other)
+fitted one 80 KiB-tile program per SM and took 32.3 us at the 16x320x64x64 fp16 shape (the
+two-pass form 29.3), 46 us at S = 2 (the exchange's latency, once per round, with nothing else
+on the SM to hide it). With one slot, two programs per SM: 28.6 us there; 26.9 us at
+32x640x32x32 (four 40 KiB programs per SM; two-pass 29.6); 31.8 us at 4x320x128x128 (S = 4,
+two per SM; the synchronised register form 33.7). At batch 1 (32 groups) the register form
+stays ahead (12.2 us against 14.8). Taking the next tile's sums inside the normalise loop, two
+chunks behind their refill (...-6ba4), lost 3-10 %: at the 64-register cap the accumulators
+spill, and the loop's mbarrier waits stall it.
 
 The wait needs a group's S tiles in flight together: P is a multiple of S, so the S tiles of a
-group are taken by S programs in the same round, and for S > 1 a program per SM (STAGES = 1),
-which always fits, so all P programs are resident. Chunks never straddle channels (HW is a
-multiple of COLS: w and b are per chunk row).
+group are taken by S programs in the same round, and an S > 1 launch is refused unless the
+compiled kernel fits STAGES programs per SM (registers capped at the SM's share, `maxnreg`), so
+all P programs are resident. Chunks never straddle channels (HW is a multiple of COLS: w and b
+are per chunk row).
 
 Limits: a Hopper-or-later GPU (TMA), triton >= 3.6, HW a multiple of COLS (256 16-bit or 128
 fp32 elements), x 16-byte aligned (else the launcher falls back to the flat two-pass form).

@@ -5,7 +5,7 @@
 
 In NCHW a group (n, g) is one contiguous run of L = (C/G)·H·W elements, walked as
 [CB channels x HB pixels] tiles (no per-element channel division: w, b are loaded per channel
-row of the tile). Three forms, all timed by the Tuner (`SPLIT` and `SYNC` fields; `ROWS`: a
+row of the tile). Four forms, all timed by the Tuner (`SPLIT` and `SYNC` fields; `ROWS`: a
 flat first pass):
 
 - SPLIT = 0, one kernel, one program per group:
@@ -59,6 +59,14 @@ flat first pass):
   ncu: x read once, 42 vs 60 MB, but neither DRAM nor the issue slots busy, occupancy 23-50 %
   set by registers; holding the tile as packed 16-bit pairs needed no fewer registers in an
   sm_90 build, the Mish stage's temporaries set the count).
+
+- SYNC = 2 (smem_gluon.py, a Gluon kernel; Hopper): persistent programs, STAGES per SM, each
+  holding a tile of L / SPLIT elements in shared memory (TMA copies, chunk by chunk), summing
+  it, normalising it out of shared memory and refilling each chunk with its next tile's as it
+  goes: x read once, reads and writes together. BLOCK is 0 (the tile is L / SPLIT). On an
+  H200 (runs ...-groupnorm-mish-6e2e against ...-558f) the Tuner picked it at the 80 MiB
+  shapes and at 128 groups (26.9-31.8 us, 2-10 % ahead of the other forms); where it cannot
+  run (the CPU, pre-Hopper GPUs, H*W not a multiple of its 256 columns) it is not a candidate.
 
 Tried on an H200 and not kept (runs ...-tune-groupnorm-mish-cbc0, ...-38fa/c42e): the
 synchronised form as thread-block clusters (a group's S <= 16 programs one cluster, synchronised
@@ -346,7 +354,8 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
 
     `config` forces (BLOCK, num_warps, STAGES, SPLIT, SYNC, ROWS) instead of the tuned
     choice; a 3-tuple means SPLIT 0 (one program per group), a 4-tuple SYNC 0, a 5-tuple
-    ROWS 0 (the first pass in tiles).
+    ROWS 0 (the first pass in tiles). SYNC 2 (the shared-memory form) on an x that is not
+    16-byte aligned (a view at an odd offset: TMA cannot read it) runs FALLBACK instead.
     """
     global last_kernels
     if x.dim() != 4:

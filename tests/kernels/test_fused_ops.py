@@ -93,6 +93,11 @@ def test_kernels_build_for_sm90():
     # the TMA matmul really moves its tiles with TMA; the pointer kernel does not
     assert "tma 0" not in lines["matmul_tma"] and lines["matmul"].endswith("tma 0")
     assert "v4 ld/st 0" not in lines["vector_add"] and "v4 ld/st 0" not in lines["layernorm"]
+    # groupnorm_mish's shared-memory form (Gluon) moves its tiles with TMA, within its
+    # register cap (two 16-warp programs per SM) and without spills
+    smem = [ln for ln in proc.stdout.splitlines() if " smem 1x40960 " in ln]
+    assert smem and "tma 0" not in smem[0] and " spill stack    0 B" in smem[0], smem
+    assert int(smem[0].split(" regs ")[1].split()[0]) <= 64, smem[0]
 
 
 def test_stages_pipeline_the_row_and_tile_loops_for_sm90():
