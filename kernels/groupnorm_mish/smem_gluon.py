@@ -92,17 +92,11 @@ if gluon is not None:
             mbarrier.expect(bars.index(q), NBYTES, pred=pid < n_tiles)
             _tma_load(desc, [pid * R + q * CR, 0], bars.index(q), buf.index(q),
                       pred=pid < n_tiles)
-        # read 1 element of x (the first tile's shift: its group's first element, shared by
-        # the group's S tiles); a round reads the next tile's while it works on this one
-        shift = gl.load(x_ptr + (pid // S).to(gl.int64) * L, mask=pid < n_tiles,
-                        other=0.0).to(gl.float32)
         phase = 0
         for t in range(pid, n_tiles, P):
             grp = t // S
-            nxt = t + P
-            # read 1 element of x (the next tile's shift)
-            shift_next = gl.load(x_ptr + (nxt // S).to(gl.int64) * L, mask=nxt < n_tiles,
-                                 other=0.0)
+            # read 1 element of x (the group's shift, shared by its S tiles)
+            shift = gl.load(x_ptr + grp.to(gl.int64) * L).to(gl.float32)
             a1 = gl.zeros([CR, COLS], gl.float32, layout)
             a2 = gl.zeros([CR, COLS], gl.float32, layout)
             for j in range(NCH):  # each chunk as soon as it has landed
@@ -132,11 +126,8 @@ if gluon is not None:
             row0 = (t % S) * R  # the tile's first row within its group
             wc0 = (grp % G) * CPG
             ybase = y_ptr + t.to(gl.int64) * (R * COLS)
+            nxt = t + P
             for j in range(NCH):
-                c = wc0 + (row0 + j * CR + rows) // RPC
-                # read CR of w and of b (L1/L2; issued first: their latency under the barrier)
-                gw = gl.load(w_ptr + c).to(gl.float32)
-                gb = gl.load(b_ptr + c).to(gl.float32)
                 # read CR x COLS of x (shared memory) into registers
                 v = buf.index(j).load(layout).to(gl.float32)
                 # every warp holds chunk j: refill its slot with the next tile's chunk j
@@ -146,10 +137,13 @@ if gluon is not None:
                 mbarrier.expect(bars.index(j), NBYTES, pred=nxt < n_tiles)
                 _tma_load(desc, [nxt * R + j * CR, 0], bars.index(j), buf.index(j),
                           pred=nxt < n_tiles)
+                c = wc0 + (row0 + j * CR + rows) // RPC
+                # read CR of w and of b (L1/L2)
+                gw = gl.load(w_ptr + c).to(gl.float32)
+                gb = gl.load(b_ptr + c).to(gl.float32)
                 # write CR x COLS of y
                 gl.store(ybase + j * (CR * COLS) + offs,
                          _mish_affine(v - mean, rstd * gw, gb, FAST, y_ptr.dtype.element_ty))
-            shift = shift_next.to(gl.float32)
             phase ^= 1
 
 
