@@ -51,18 +51,11 @@ import triton
 from kernels._common import interpreted
 from kernels.attention.flash_fwd import LOG2E
 
-try:  # Gluon (the API used here is 3.6's and 3.9's; older Gluon spelled warp_specialize apart)
-    from triton.experimental import gluon
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.hopper import (
-        fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
-    # the TMA copies were renamed after 3.6 (3.9 keeps the old names only to raise)
-    _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-    _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
-except (ImportError, AttributeError):  # pragma: no cover
-    gluon = None
-MIN_TRITON = (3, 6)
+from kernels._gluon import MIN_TRITON, GluonDescriptor, fence_async_shared, gl, gluon, mbarrier
+from kernels._gluon import tma, warpgroup_mma, warpgroup_mma_wait
+from kernels._gluon import tma_load as _tma_load
+from kernels._gluon import tma_store as _tma_store
+from kernels._gluon import triton_version as _triton_version
 
 BLOCK_M = 128  # two consumer warpgroups of 64 query rows
 CONSUMER_WARPS = 4
@@ -277,11 +270,6 @@ if gluon is not None:
 
 
 GL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
-
-
-def _triton_version() -> tuple[int, int]:
-    major, minor = triton.__version__.split(".")[:2]
-    return int(major), int(minor)
 
 
 def unsupported(N: int, D: int, device: torch.device) -> str | None:

@@ -50,16 +50,10 @@ from kernels._common import interpreted
 from kernels.groupnorm_mish.candidates import smem_cols, smem_shape_error
 from kernels.groupnorm_mish.mish import _mish_affine, _stats
 
-try:  # Gluon (3.6's and 3.9's API; the TMA copy was renamed after 3.6)
-    from triton.experimental import gluon
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
-    _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-    _cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier  # 3.9: gl.barrier
-except (ImportError, AttributeError):  # pragma: no cover
-    gluon = None
-MIN_TRITON = (3, 6)
+from kernels._gluon import MIN_TRITON, GluonDescriptor, fence_async_shared, gl, gluon, mbarrier
+from kernels._gluon import cta_barrier as _cta_barrier
+from kernels._gluon import tma_load as _tma_load
+from kernels._gluon import triton_version as _triton_version
 
 if gluon is not None:
     @gluon.jit
@@ -147,11 +141,6 @@ if gluon is not None:
             phase ^= 1
 
 
-def _triton_version() -> tuple[int, int]:
-    major, minor = triton.__version__.split(".")[:2]
-    return int(major), int(minor)
-
-
 def unsupported(device: torch.device) -> str | None:
     """Why the shared-memory form cannot run on `device` (None when it can)."""
     if gluon is None or _triton_version() < MIN_TRITON:
@@ -186,6 +175,17 @@ def launch_caps(warps: int, stages: int) -> dict:
     return {"maxnreg": min(255, 65536 // (32 * warps * stages) // 8 * 8)}
 
 
+def kernel_consts(cfg: tuple, cpg: int, hw: int, itemsize: int) -> tuple[int, int, dict]:
+    """(CR, COLS, the kernel's constexprs and launch options) of config (0, num_warps, STAGES,
+    SPLIT, 2, ROWS) for groups of cpg x hw elements of `itemsize` bytes: what launch() passes
+    and the sm_90 build check compiles."""
+    _, warps, stages, split, _, rows = cfg
+    c, cr = smem_cols(itemsize), rows * warps
+    return cr, c, dict(HW=hw, S=split, S_P2=triton.next_power_of_2(split),
+                       NCH=cpg * hw // split // (cr * c), FAST=True, num_warps=warps,
+                       **launch_caps(warps, stages))
+
+
 _resident: dict = {}  # (device, compile key) -> programs of that build an SM holds
 
 
@@ -218,16 +218,14 @@ def launch(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, y: torch.Tensor, n
     reason = unsupported(x.device) or smem_shape_error(tuple(cfg), cpg, hw, x.element_size())
     if reason:
         raise ValueError(f"groupnorm_mish: config {tuple(cfg)}: {reason}")
-    _, warps, stages, split, _, rows = cfg
-    c, cr, block = smem_cols(x.element_size()), rows * warps, cpg * hw // split
+    _, warps, stages, split, _, _ = cfg
+    cr, c, consts = kernel_consts(cfg, cpg, hw, x.element_size())
     groups = N * num_groups
     n_tiles = groups * split
     desc = descriptor(x.view(-1, c), cr)
     part = torch.empty(2 * n_tiles, device=x.device, dtype=torch.float32)
     cnt = counters(split, groups)
     args = (desc, x, w, b, y, part, cnt, n_tiles, num_groups, cpg, eps)
-    consts = dict(HW=hw, S=split, S_P2=triton.next_power_of_2(split), NCH=block // (cr * c),
-                  FAST=True, num_warps=warps, **launch_caps(warps, stages))
     fit = resident_per_sm(x.device, (x.dtype, *consts.items()),
                           lambda: _gn_mish_smem.warmup(*args, grid=(1,), **consts))
     if fit < 1 or (split > 1 and fit < stages):

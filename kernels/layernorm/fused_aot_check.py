@@ -66,17 +66,16 @@ def build_smem(cfg: tuple, cpg: int, hw: int, dtype: str) -> Build:
 
     _, warps, stages, split, _, rows = cfg
     tdt = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
-    c = sg.smem_cols(tdt.itemsize)
-    cr, t = rows * warps, "*" + dtype
+    cr, c, consts = sg.kernel_consts(cfg, cpg, hw, tdt.itemsize)
+    warps, maxnreg = consts.pop("num_warps"), consts.pop("maxnreg", None)
+    t = "*" + dtype
     desc = sg.descriptor(torch.empty(cr, c, dtype=tdt), cr)
     sig = {"desc": desc, "x_ptr": t, "w_ptr": t, "b_ptr": t, "y_ptr": t, "part_ptr": "*fp32",
            "cnt_ptr": "*i64", "n_tiles": "i32", "G": "i32", "CPG": "i32", "eps": "fp32"}
-    consts = {"HW": hw, "S": split, "S_P2": triton.next_power_of_2(split),
-              "NCH": cpg * hw // split // (cr * c), "FAST": True}
     k = compile_gluon_cost(sg._gn_mish_smem, {**{a: "constexpr" for a in consts}, **sig},
                            consts, warps,
                            aligned=[a for a, v in sig.items() if str(v).startswith("*")],
-                           maxnreg=sg.launch_caps(warps, stages).get("maxnreg"))
+                           maxnreg=maxnreg)
     return Build("groupnorm_mish", f"HW={hw} smem {split}x{cpg * hw // split} w{warps} "
                  f"ROWS={rows} {stages}/SM", k.regs, k.stack, k.smem_bytes, k.wgmma, k.vec16,
                  k.cp_async, k.tma, k.gdc)

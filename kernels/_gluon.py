@@ -1,0 +1,29 @@
+"""Gluon (triton.experimental.gluon), as the Hopper kernels written in it import it: one place
+for the import that may fail, the names that changed between triton 3.6 (the GPU box) and 3.9
+(this machine's CPU wheel), and the version check. `gluon` is None where Gluon is missing."""
+from __future__ import annotations
+
+import triton
+
+MIN_TRITON = (3, 6)
+
+try:  # the API used here is 3.6's and 3.9's; older Gluon spelled warp_specialize apart
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: F401
+        fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
+    # the TMA copies were renamed after 3.6 (3.9 keeps the old names only to raise)
+    tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+    tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+    # a CTA-wide barrier: gl.thread_barrier in 3.6, gl.barrier in 3.9
+    cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+except (ImportError, AttributeError):  # pragma: no cover
+    gluon = gl = fence_async_shared = mbarrier = tma = warpgroup_mma = None
+    warpgroup_mma_wait = GluonDescriptor = tma_load = tma_store = cta_barrier = None
+
+
+def triton_version() -> tuple[int, int]:
+    """(major, minor) of the installed triton."""
+    major, minor = triton.__version__.split(".")[:2]
+    return int(major), int(minor)
