@@ -65,7 +65,7 @@ flat first pass):
   it, normalising it out of shared memory and refilling each chunk with its next tile's as it
   goes: x read once, reads and writes together. BLOCK is 0 (the tile is L / SPLIT). On an
   H200 (runs ...-groupnorm-mish-6e2e against ...-558f) the Tuner picked it at the 80 MiB
-  shapes and at 128 groups (26.9-31.8 us, 2-10 % ahead of the other forms); where it cannot
+  shapes and at 128 groups (26.9-31.8 us, 3-9 % ahead of the other forms); where it cannot
   run (the CPU, pre-Hopper GPUs, H*W not a multiple of its 256 columns) it is not a candidate.
 
 Tried on an H200 and not kept (runs ...-tune-groupnorm-mish-cbc0, ...-38fa/c42e): the
