@@ -26,9 +26,9 @@ two-pass form 29.3), 46 us at S = 2 (the exchange's latency, once per round, wit
 on the SM to hide it). With one slot (Tuner timings of ...-6e2e): two programs per SM, 28.6 us
 there (two-pass 29.5); 26.9 us at 32x640x32x32 (four 40 KiB programs per SM; two-pass 29.2);
 31.8 us at 4x320x128x128 (S = 4, two per SM; the synchronised register form 33.3). At batch 1
-(32 groups) the register form stays ahead (12.2 us against 14.8). Taking the next tile's sums inside the normalise loop, two
-chunks behind their refill (...-6ba4), lost 3-10 %: at the 64-register cap the accumulators
-spill, and the loop's mbarrier waits stall it.
+(32 groups) the register form stays ahead (12.2 us against 14.8). Taking the next tile's sums
+inside the normalise loop, two chunks behind their refill (...-6ba4), lost 3-10 %: at the
+64-register cap the accumulators spill, and the loop's mbarrier waits stall it.
 
 The wait needs a group's S tiles in flight together: P is a multiple of S, so the S tiles of a
 group are taken by S programs in the same round, and an S > 1 launch is refused unless the
