@@ -48,6 +48,7 @@ import triton
 
 from kernels._common import interpreted
 from kernels.groupnorm_mish.candidates import smem_cols, smem_shape_error
+from kernels.groupnorm_mish.exchange import _epoch, _gather, _publish
 from kernels.groupnorm_mish.mish import _mish_affine, _stats
 
 from kernels._gluon import MIN_TRITON, GluonDescriptor, fence_async_shared, gl, gluon, mbarrier
@@ -57,7 +58,7 @@ from kernels._gluon import triton_version as _triton_version
 
 if gluon is not None:
     @gluon.jit
-    def _gn_mish_smem(desc, x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, n_tiles, G, CPG,
+    def _gn_mish_smem(desc, x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, n_tiles, G, CPG,
                       eps, HW: gl.constexpr, S: gl.constexpr, S_P2: gl.constexpr,
                       NCH: gl.constexpr, FAST: gl.constexpr):
         """desc: TMA descriptor of x's (rows, COLS) view in (CR, COLS) boxes; n_tiles = groups
@@ -89,6 +90,10 @@ if gluon is not None:
         phase = 0
         for t in range(pid, n_tiles, P):
             grp = t // S
+            if S > 1:
+                # read 1 word of the tile's partials (its last epoch: this launch's is one
+                # above; exchange.py), used after the sums
+                epoch = _epoch(part_ptr, t, 1)
             # read 1 element of x (the group's shift, shared by its S tiles)
             shift = gl.load(x_ptr + grp.to(gl.int64) * L).to(gl.float32)
             a1 = gl.zeros([CR, COLS], gl.float32, layout)
@@ -102,20 +107,11 @@ if gluon is not None:
             s1 = gl.sum(gl.sum(a1, axis=1), axis=0)
             s2 = gl.sum(gl.sum(a2, axis=1), axis=0)
             if S > 1:
-                # write 2 floats (the tile's partials), count in, wait for the group's S
-                # (thread 0 stores and counts: the release orders the partials first)
-                gl.store(part_ptr + 2 * t, s1)
-                gl.store(part_ptr + 2 * t + 1, s2)
-                arrived = gl.atomic_add(cnt_ptr + grp, 1, sem="release")
-                target = arrived - arrived % S + S
-                while gl.atomic_add(cnt_ptr + grp, 0, sem="acquire") < target:
-                    pass
-                kk = gl.arange(0, S_P2, layout=flat)
-                ps = part_ptr + 2 * grp * S + 2 * kk
-                # read the group's 2 x S partials (L2, .cg), added in a fixed order
-                s1 = gl.sum(gl.load(ps, mask=kk < S, other=0.0, cache_modifier=".cg"), axis=0)
-                s2 = gl.sum(gl.load(ps + 1, mask=kk < S, other=0.0, cache_modifier=".cg"),
-                            axis=0)
+                # write the tile's 2 partials, read the group's other S - 1 from L2 as they
+                # come, added in a fixed order
+                _publish(part_ptr, t, s1, s2, epoch)
+                s1, s2 = _gather(part_ptr, grp * S, t % S, gl.arange(0, S_P2, layout=flat), S,
+                                 s1, s2, epoch)
             mean, rstd = _stats(s1, s2, shift, L, eps)
             row0 = (t % S) * R  # the tile's first row within its group
             wc0 = (grp % G) * CPG
@@ -210,9 +206,9 @@ def resident_per_sm(device: torch.device, key: tuple, build) -> int:
 
 
 def launch(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, y: torch.Tensor, num_groups: int,
-           eps: float, cfg: tuple, sms: int, counters) -> None:
+           eps: float, cfg: tuple, sms: int, words) -> None:
     """Run config (0, num_warps, STAGES, SPLIT, 2, ROWS) on contiguous, 16-byte-aligned x
-    (N, C, H, W) into y. `counters(split, groups)` gives the arrival counters."""
+    (N, C, H, W) into y. `words(split, groups)` gives the partials' words (exchange.py)."""
     N, C, H, W = x.shape
     cpg, hw = C // num_groups, H * W
     reason = unsupported(x.device) or smem_shape_error(tuple(cfg), cpg, hw, x.element_size())
@@ -223,9 +219,8 @@ def launch(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, y: torch.Tensor, n
     groups = N * num_groups
     n_tiles = groups * split
     desc = descriptor(x.view(-1, c), cr)
-    part = torch.empty(2 * n_tiles, device=x.device, dtype=torch.float32)
-    cnt = counters(split, groups)
-    args = (desc, x, w, b, y, part, cnt, n_tiles, num_groups, cpg, eps)
+    part = words(split, groups)
+    args = (desc, x, w, b, y, part, n_tiles, num_groups, cpg, eps)
     fit = resident_per_sm(x.device, (x.dtype, *consts.items()),
                           lambda: _gn_mish_smem.warmup(*args, grid=(1,), **consts))
     if fit < 1 or (split > 1 and fit < stages):

@@ -98,6 +98,7 @@ from kernels._common import Tuner, sm_count
 from kernels.groupnorm_mish.candidates import (  # noqa: F401  (MAX_CONFIGS: re-exported)
     MAX_CONFIGS, MAX_SPLIT, chunks, configs, flat_cols, sync_tiles, tile)
 from kernels.groupnorm_mish import smem_gluon
+from kernels.groupnorm_mish.exchange import _epoch, _gather, _publish
 from kernels.groupnorm_mish.mish import _mish_affine, _stats
 
 # candidates per shape (configs()); BLOCK: any power of two up to MAX_ONE_TILE, or 0 (SYNC 2:
@@ -109,7 +110,7 @@ _tuner = Tuner("groupnorm_mish", ("BLOCK", "num_warps", "STAGES", "SPLIT", "SYNC
                        "ROWS": (0, 1, 2, 4, 8)})
 # what a SYNC 2 pick runs on an x that is not 16-byte aligned (TMA cannot read it)
 FALLBACK = (8192, 16, 1, 0, 0, 4)
-_arrivals: dict = {}  # (device, stream, S) -> int64 arrival counters of the synchronised form
+_words: dict = {}  # (device, stream, S) -> the synchronised forms' partials (exchange.py)
 last_kernels = 1  # kernels the last call launched (the check pass records it)
 
 
@@ -276,7 +277,7 @@ def _gn_apply(x_ptr, w_ptr, b_ptr, part_ptr, y_ptr, CPG, CPC, G, eps,
 
 
 @triton.jit
-def _gn_mish_sync(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, CPG, G, eps,
+def _gn_mish_sync(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, CPG, G, eps,
                   HW: tl.constexpr, CB: tl.constexpr, HB: tl.constexpr, NCT: tl.constexpr,
                   NHT: tl.constexpr, S_P2: tl.constexpr, PHASE: tl.constexpr,
                   FAST: tl.constexpr):
@@ -290,30 +291,28 @@ def _gn_mish_sync(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, CPG, G, eps,
     c_ok = c < CPG
     mask = c_ok[:, None] & (h < HW)[None, :]
     offs = base + c[:, None] * HW + h[None, :]
+    # read 1 word of this tile's partials (its last epoch: this launch's is one above;
+    # the interpreter's second half reads the one its first half wrote)
+    epoch = _epoch(part_ptr, pid, 1 if PHASE != 2 else 0)
     # read 1 element of x (the group's shift, shared by its S tiles so the partials add)
-    x0 = tl.load(x_ptr + base)
+    x0 = tl.load(x_ptr + base).to(tl.float32)
     # read CB x HB of x (DRAM, once: kept in registers, shifted, until the group's statistics
-    # are in); masked elements read as the shift, so they add 0 without a select
-    d = tl.load(x_ptr + offs, mask=mask, other=x0).to(tl.float32) - x0.to(tl.float32)
+    # are in); masked elements add 0. (Read as the shift, they needed no select, but every
+    # load then waited for the shift's: a DRAM round trip before the first byte of the tile)
+    d = tl.where(mask, tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32) - x0, 0.0)
+    s1 = 0.0
+    s2 = 0.0
+    me = -1  # PHASE 2 reads its own partials back too
     if PHASE != 2:
-        # write 2 floats (this tile's partials), then count in. Scalar stores and atomics are
-        # issued by thread 0 alone, so the release orders the partials before the count
-        tl.store(part_ptr + 2 * pid, tl.sum(tl.sum(d, axis=1), axis=0))
-        tl.store(part_ptr + 2 * pid + 1, tl.sum(tl.sum(d * d, axis=1), axis=0))
-        arrived = tl.atomic_add(cnt_ptr + grp, 1, sem="release")
-        if PHASE == 0:
-            # wait for the group's other S - 1 programs: the count reaches the next multiple
-            # of S above the one this program arrived at (acquire: their partials visible)
-            target = arrived - arrived % S + S
-            while tl.atomic_add(cnt_ptr + grp, 0, sem="acquire") < target:
-                pass
+        # write this tile's 2 partials (words of this launch's epoch)
+        s1 = tl.sum(tl.sum(d, axis=1), axis=0)
+        s2 = tl.sum(tl.sum(d * d, axis=1), axis=0)
+        _publish(part_ptr, pid, s1, s2, epoch)
+        me = t
     if PHASE != 1:
-        k = tl.arange(0, S_P2)
-        # read the group's 2 x S partials from L2 (.cg: not from a stale L1 line), added in
+        # read the group's other S - 1 partials from L2 as they come (exchange.py), added in
         # a fixed order (deterministic)
-        ps = part_ptr + 2 * grp * S + 2 * k
-        s1 = tl.sum(tl.load(ps, mask=k < S, other=0.0, cache_modifier=".cg"), axis=0)
-        s2 = tl.sum(tl.load(ps + 1, mask=k < S, other=0.0, cache_modifier=".cg"), axis=0)
+        s1, s2 = _gather(part_ptr, grp * S, me, tl.arange(0, S_P2), S, s1, s2, epoch)
         # the mean relative to the shift, and rstd
         m1, rstd = _stats(s1, s2, 0.0, CPG * HW, eps)
         wc = (grp % G) * CPG + c
@@ -327,18 +326,18 @@ def _gn_mish_sync(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, cnt_ptr, CPG, G, eps,
                  mask=mask)
 
 
-def arrival_counters(device: torch.device, split: int, groups: int) -> torch.Tensor:
-    """The synchronised form's int64 arrival counters for `groups` groups of `split`
-    programs on `device` and its current stream: kept between calls (every launch leaves
-    each counter a multiple of `split`), zeros when new or grown."""
+def exchange_words(device: torch.device, split: int, groups: int) -> torch.Tensor:
+    """The synchronised forms' partials' words (int64, two per tile: exchange.py) for `groups`
+    groups of `split` programs on `device` and its current stream: kept between calls (every
+    launch moves each word of its groups one epoch on), zeros when new or grown."""
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
     key = (str(device), stream, split)
-    cnt = _arrivals.get(key)
-    if cnt is None or cnt.numel() < groups:
+    words = _words.get(key)
+    if words is None or words.numel() < 2 * groups * split:
         # a launch still queued on the old buffer keeps it alive (stream-ordered allocator)
-        cnt = _arrivals[key] = torch.zeros(triton.next_power_of_2(groups), device=device,
-                                           dtype=torch.int64)
-    return cnt
+        words = _words[key] = torch.zeros(2 * triton.next_power_of_2(groups) * split,
+                                          device=device, dtype=torch.int64)
+    return words
 
 
 def kernels_launched() -> int:
@@ -384,7 +383,7 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
             if x.data_ptr() % 16:  # TMA needs a 16-byte-aligned x: the flat two-pass form
                 return launch(FALLBACK)
             smem_gluon.launch(x, w, b, y, num_groups, eps, vals, sm_count(x.device),
-                              lambda s, g: arrival_counters(x.device, s, g))
+                              lambda s, g: exchange_words(x.device, s, g))
             return 1
         if sync:
             cb, hb, nct, nht = sync_tiles(cpg, hw, block)
@@ -395,12 +394,11 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
             if resident and split > resident:
                 raise ValueError(f"groupnorm_mish: SYNC=1 needs the group's {split} programs "
                                  f"resident together: at most {resident} here (a larger BLOCK)")
-            part = torch.empty(2 * groups * split, device=x.device, dtype=torch.float32)
-            cnt = arrival_counters(x.device, split, groups)
+            part = exchange_words(x.device, split, groups)
             phases = (0,) if fast or split == 1 else (1, 2)
             for phase in phases:
                 _gn_mish_sync[(groups * split,)](
-                    x, w, b, y, part, cnt, cpg, num_groups, eps, HW=hw, CB=cb, HB=hb, NCT=nct,
+                    x, w, b, y, part, cpg, num_groups, eps, HW=hw, CB=cb, HB=hb, NCT=nct,
                     NHT=nht, S_P2=triton.next_power_of_2(split), PHASE=phase, FAST=fast,
                     num_warps=warps)
             return len(phases)

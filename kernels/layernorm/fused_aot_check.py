@@ -70,8 +70,8 @@ def build_smem(cfg: tuple, cpg: int, hw: int, dtype: str) -> Build:
     warps, maxnreg = consts.pop("num_warps"), consts.pop("maxnreg", None)
     t = "*" + dtype
     desc = sg.descriptor(torch.empty(cr, c, dtype=tdt), cr)
-    sig = {"desc": desc, "x_ptr": t, "w_ptr": t, "b_ptr": t, "y_ptr": t, "part_ptr": "*fp32",
-           "cnt_ptr": "*i64", "n_tiles": "i32", "G": "i32", "CPG": "i32", "eps": "fp32"}
+    sig = {"desc": desc, "x_ptr": t, "w_ptr": t, "b_ptr": t, "y_ptr": t, "part_ptr": "*i64",
+           "n_tiles": "i32", "G": "i32", "CPG": "i32", "eps": "fp32"}
     k = compile_gluon_cost(sg._gn_mish_smem, {**{a: "constexpr" for a in consts}, **sig},
                            consts, warps,
                            aligned=[a for a, v in sig.items() if str(v).startswith("*")],
@@ -194,7 +194,7 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
                     yield build(tgm._gn_mish_sync, "groupnorm_mish",
                                 f"HW={hw} sync {nct * nht}x {cb}x{hb} w{warps}",
                                 {"x_ptr": t, "w_ptr": t, "b_ptr": t, "y_ptr": t,
-                                 "part_ptr": "*fp32", "cnt_ptr": "*i64", "CPG": "i32",
+                                 "part_ptr": "*i64", "CPG": "i32",
                                  "G": "i32", "eps": "fp32"},
                                 {"HW": hw, "CB": cb, "HB": hb, "NCT": nct, "NHT": nht,
                                  "S_P2": triton.next_power_of_2(nct * nht), "PHASE": 0,

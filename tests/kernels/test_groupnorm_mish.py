@@ -184,33 +184,52 @@ def _sync(shape, block, warps=2):
     ((1, 30, 5, 7, 3), 32),      # ragged in both: 10 x 2 programs of 1 x 32
 ])
 def test_sync_form(shape, block, dtype):
-    """S programs per group: on CPU the kernel's halves (publish + count in, then reload +
-    normalise) as two launches; every group's counter ends a multiple of S."""
+    """S programs per group: on CPU the kernel's halves (publish, then read the group's
+    partials back + normalise) as two launches; every tile's two words carry the next epoch."""
     config = _sync(shape, block)
+    tgm._words.pop(("cpu", 0, config[3]), None)
     impl = _impl(lambda x, w, b, groups, out=None:
                  tgm.groupnorm_mish(x, groups, w, b, out=out, config=config))
     res = check(OP, impl, _p(*shape), dtype, "cpu")
     assert res.correct, res.error
     assert tgm.kernels_launched() == 2
-    cnt = tgm._arrivals[("cpu", 0, config[3])]
-    groups = shape[0] * shape[4]
-    assert int(cnt[0]) > 0 and not (cnt[:groups] % config[3]).any()
+    tiles = shape[0] * shape[4] * config[3]
+    epochs = tgm._words[("cpu", 0, config[3])][:2 * tiles] >> 32
+    # every launch of the check moved each word on by one, in lockstep
+    assert int(epochs[0]) > 0 and (epochs == epochs[0]).all()
 
 
 def test_sync_one_program_waits_in_kernel():
-    """S = 1 runs the whole kernel in one launch, its wait loop included (the count is in
-    as soon as the program arrives), and the counters advance by one per call."""
+    """S = 1 runs the whole kernel in one launch, its wait loop included (no other tile to
+    wait for), and each call moves the words of its tiles one epoch on."""
     x = torch.randn(3, 12, 3, 3) * 2 + 7
     w, b = torch.rand(12) + 0.5, torch.randn(12)
     config = _sync((3, 12, 3, 3, 2), 128)
     assert config[3] == 1
-    tgm._arrivals.pop(("cpu", 0, 1), None)
+    tgm._words.pop(("cpu", 0, 1), None)
     y = tgm.groupnorm_mish(x, 2, w, b, config=config)
     assert tgm.kernels_launched() == 1
     assert torch.allclose(y, F.mish(F.group_norm(x, 2, w, b, 1e-5)), atol=1e-5, rtol=1e-5)
     tgm.groupnorm_mish(x, 2, w, b, config=config)
-    # 6 groups (8 counters), 2 calls
-    assert tgm._arrivals[("cpu", 0, 1)].tolist() == [2, 2, 2, 2, 2, 2, 0, 0]
+    # 6 groups of 1 tile (2 words each; room for 8 groups), 2 calls
+    assert (tgm._words[("cpu", 0, 1)] >> 32).tolist() == [2] * 12 + [0] * 4
+
+
+def test_exchange_words_hold_value_and_epoch():
+    """A word is the partial's fp32 bits below its epoch: what the interpreter's second half
+    reads back is exactly the sum the first half stored."""
+    x = torch.randn(1, 8, 4, 4) * 3 + 1
+    w, b = torch.ones(8), torch.zeros(8)
+    config = _sync((1, 8, 4, 4, 2), 32)  # 4 channels x 16 pixels per group: 2 tiles
+    assert config[3] == 2
+    tgm._words.pop(("cpu", 0, 2), None)
+    tgm.groupnorm_mish(x, 2, w, b, config=config)
+    words = tgm._words[("cpu", 0, 2)][:8]
+    sums = (words & 0xFFFFFFFF).to(torch.int32).view(torch.float32)
+    d = (x.view(2, 2, 32) - x.view(2, 64)[:, :1, None]).double()  # shifted by each group's first
+    assert torch.allclose(sums.view(2, 2, 2).double(),
+                          torch.stack([d.sum(-1), (d * d).sum(-1)], -1), rtol=1e-5, atol=1e-4)
+    assert (words >> 32).tolist() == [1] * 8
 
 
 def test_sync_matches_other_forms():
