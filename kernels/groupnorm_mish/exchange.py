@@ -48,17 +48,22 @@ def _publish(part_ptr, t, s1, s2, epoch):
 
 @triton.jit
 def _gather(part_ptr, t0, me, kk, S: tl.constexpr, s1, s2, epoch):
-    """The group's sums: its S tiles' words at slots t0 .. t0 + S - 1, polled (volatile: from
-    L2, never a stale L1 line) until every other tile's carries `epoch`, this tile's (me) from
-    registers; added in the order of kk (arange(0, S_P2), built in the caller's layout)."""
+    """The group's sums: its S tiles' words at slots t0 .. t0 + S - 1, polled until every
+    other tile's carries `epoch`, this tile's (me) from registers; added in the order of kk
+    (arange(0, K), K >= S, built by the caller one element per thread, so that the S - 1
+    lanes of one warp poll and the others only wait on the loop's block reduction: when
+    every warp polled its own copy, the shared-memory form at 128 groups ran 9 % slower).
+    Read by relaxed gpu-scope atomic adds of 0 (L2, never a stale L1 line, never hoisted out
+    of the loop; ptxas makes them strong loads)."""
     others = (kk < S) & (kk != me)
     p = part_ptr + 2 * (t0 + kk)
-    w1 = tl.load(p, mask=others, other=0, volatile=True)
-    w2 = tl.load(p + 1, mask=others, other=0, volatile=True)
-    while tl.sum((others & (((w1 >> 32).to(tl.int32) != epoch) | ((w2 >> 32).to(tl.int32) != epoch))).to(tl.int32),
-                 axis=0) > 0:
-        w1 = tl.load(p, mask=others, other=0, volatile=True)
-        w2 = tl.load(p + 1, mask=others, other=0, volatile=True)
+    zero = (kk * 0).to(tl.int64)  # in kk's layout (Gluon does not broadcast a scalar here)
+    w1 = tl.atomic_add(p, zero, mask=others, sem="relaxed", scope="gpu")
+    w2 = tl.atomic_add(p + 1, zero, mask=others, sem="relaxed", scope="gpu")
+    while tl.sum((others & (((w1 >> 32).to(tl.int32) != epoch)
+                            | ((w2 >> 32).to(tl.int32) != epoch))).to(tl.int32), axis=0) > 0:
+        w1 = tl.atomic_add(p, zero, mask=others, sem="relaxed", scope="gpu")
+        w2 = tl.atomic_add(p + 1, zero, mask=others, sem="relaxed", scope="gpu")
     v1 = tl.where(kk == me, s1, w1.to(tl.int32).to(tl.float32, bitcast=True))
     v2 = tl.where(kk == me, s2, w2.to(tl.int32).to(tl.float32, bitcast=True))
     return tl.sum(tl.where(kk < S, v1, 0.0), axis=0), tl.sum(tl.where(kk < S, v2, 0.0), axis=0)

@@ -71,6 +71,7 @@ if gluon is not None:
         RPC: gl.constexpr = HW // COLS  # rows per channel
         layout: gl.constexpr = gl.BlockedLayout([1, COLS // 32], [1, 32], [nw, 1], [1, 0])
         flat: gl.constexpr = gl.BlockedLayout([1], [32], [nw], [0])
+        K: gl.constexpr = 32 * nw if 32 * nw >= S_P2 else S_P2  # one lane per thread
         buf = gl.allocate_shared_memory(desc.dtype, [NCH, CR, COLS], desc.layout)
         bars = gl.allocate_shared_memory(gl.int64, [NCH, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(NCH):
@@ -110,7 +111,7 @@ if gluon is not None:
                 # write the tile's 2 partials, read the group's other S - 1 from L2 as they
                 # come, added in a fixed order
                 _publish(part_ptr, t, s1, s2, epoch)
-                s1, s2 = _gather(part_ptr, grp * S, t % S, gl.arange(0, S_P2, layout=flat), S,
+                s1, s2 = _gather(part_ptr, grp * S, t % S, gl.arange(0, K, layout=flat), S,
                                  s1, s2, epoch)
             mean, rstd = _stats(s1, s2, shift, L, eps)
             row0 = (t % S) * R  # the tile's first row within its group

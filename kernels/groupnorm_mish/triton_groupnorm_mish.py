@@ -279,8 +279,9 @@ def _gn_apply(x_ptr, w_ptr, b_ptr, part_ptr, y_ptr, CPG, CPC, G, eps,
 @triton.jit
 def _gn_mish_sync(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, CPG, G, eps,
                   HW: tl.constexpr, CB: tl.constexpr, HB: tl.constexpr, NCT: tl.constexpr,
-                  NHT: tl.constexpr, S_P2: tl.constexpr, PHASE: tl.constexpr,
+                  NHT: tl.constexpr, K: tl.constexpr, PHASE: tl.constexpr,
                   FAST: tl.constexpr):
+    """K: a power of two >= S and >= the program's threads (exchange._gather)."""
     S: tl.constexpr = NCT * NHT  # programs (tiles) per group
     pid = tl.program_id(0)  # group * S + tile
     grp = pid // S
@@ -312,7 +313,7 @@ def _gn_mish_sync(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, CPG, G, eps,
     if PHASE != 1:
         # read the group's other S - 1 partials from L2 as they come (exchange.py), added in
         # a fixed order (deterministic)
-        s1, s2 = _gather(part_ptr, grp * S, me, tl.arange(0, S_P2), S, s1, s2, epoch)
+        s1, s2 = _gather(part_ptr, grp * S, me, tl.arange(0, K), S, s1, s2, epoch)
         # the mean relative to the shift, and rstd
         m1, rstd = _stats(s1, s2, 0.0, CPG * HW, eps)
         wc = (grp % G) * CPG + c
@@ -396,11 +397,11 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
                                  f"resident together: at most {resident} here (a larger BLOCK)")
             part = exchange_words(x.device, split, groups)
             phases = (0,) if fast or split == 1 else (1, 2)
+            k = max(triton.next_power_of_2(split), 32 * warps)
             for phase in phases:
                 _gn_mish_sync[(groups * split,)](
                     x, w, b, y, part, cpg, num_groups, eps, HW=hw, CB=cb, HB=hb, NCT=nct,
-                    NHT=nht, S_P2=triton.next_power_of_2(split), PHASE=phase, FAST=fast,
-                    num_warps=warps)
+                    NHT=nht, K=k, PHASE=phase, FAST=fast, num_warps=warps)
             return len(phases)
         if split == 0:
             cb, hb, one = tile(cpg, hw, block)

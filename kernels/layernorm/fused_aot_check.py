@@ -197,8 +197,8 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
                                  "part_ptr": "*i64", "CPG": "i32",
                                  "G": "i32", "eps": "fp32"},
                                 {"HW": hw, "CB": cb, "HB": hb, "NCT": nct, "NHT": nht,
-                                 "S_P2": triton.next_power_of_2(nct * nht), "PHASE": 0,
-                                 "FAST": True}, warps)
+                                 "K": max(triton.next_power_of_2(nct * nht), 32 * warps),
+                                 "PHASE": 0, "FAST": True}, warps)
                     continue
                 if split == 0:
                     cb, hb, one = tgm.tile(cpg, hw, block)
