@@ -78,8 +78,9 @@ def smem_configs(cpg: int, hw: int, itemsize: int, sms: int) -> list[tuple]:
     """The shared-memory form's candidates. S = the fewest tiles per group (a power of two, at
     most the SMs) whose tile fits an SM; then the most programs per SM that fit (at most 2 of
     16 warps, 4 of 8), in the first SMEM_FORMS chunking that cuts the tile into whole chunks,
-    and in the next one; one program per SM; and 2S tiles (half the size: twice the programs
-    per SM)."""
+    and in the next one; one program per SM; and 2S and 4S tiles (a half and a quarter the
+    size: more programs per SM, so that one waiting for its group's partials leaves others
+    to run)."""
     def fitting(split: int, stages: int, warps: int) -> list[tuple]:
         return [cfg for cfg in ((0, w, stages, split, 2, r) for w, r in SMEM_FORMS if w == warps)
                 if smem_shape_error(cfg, cpg, hw, itemsize) is None]
@@ -99,7 +100,9 @@ def smem_configs(cpg: int, hw: int, itemsize: int, sms: int) -> list[tuple]:
         return []
     out = most(split)[:2]
     out += [c for c in fitting(split, 1, 16)[:1] if c not in out]
-    out += [c for c in (most(2 * split)[:1] if 2 * split <= limit else []) if c not in out]
+    for more in (2, 4):
+        out += [c for c in (most(more * split)[:1] if more * split <= limit else [])
+                if c not in out]
     return out
 
 

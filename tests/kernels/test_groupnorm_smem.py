@@ -42,7 +42,9 @@ def test_candidates():
     form can run (smem_itemsize), after the two-pass ones, keeping the other forms' lists."""
     assert cand.smem_configs(10, 4096, 2, 132) == [
         (0, 16, 2, 1, 2, 2), (0, 16, 2, 1, 2, 1), (0, 16, 1, 1, 2, 2), (0, 8, 4, 2, 2, 2)]
-    assert cand.smem_configs(10, 16384, 2, 132)[0] == (0, 16, 1, 2, 2, 2)  # 160 KiB tiles
+    # 160 KiB tiles; then 2S and 4S tiles: two 80 KiB or four 40 KiB programs per SM
+    assert cand.smem_configs(10, 16384, 2, 132) == [
+        (0, 16, 1, 2, 2, 2), (0, 16, 1, 2, 2, 1), (0, 16, 2, 4, 2, 2), (0, 8, 4, 8, 2, 2)]
     assert cand.smem_configs(10, 4096, 4, 132)[0] == (0, 16, 1, 1, 2, 2)  # fp32
     assert cand.smem_configs(10, 16384, 2, 1) == []  # S would exceed the SMs
     assert cand.smem_configs(3, 1000, 2, 132) == []
