@@ -25,11 +25,11 @@ SPLIT_BELOW = 2
 SYNC_TILES = ((4096, 4), (8192, 4), (4096, 2), (8192, 8), (16384, 8))
 # shared-memory form (SYNC = 2, smem_gluon.py): (num_warps, ROWS) of its chunks of ROWS x
 # num_warps rows (ROWS 16-byte vectors per thread), in order of preference
-SMEM_FORMS = ((16, 2), (8, 4), (16, 1), (8, 2))
+SMEM_FORMS = ((16, 2), (8, 4), (16, 1), (8, 2), (4, 2))
 SMEM_LIMIT = 232448  # bytes of shared memory a Hopper block may use (227 KiB)
 SMEM_SM = 233472  # bytes of shared memory of a Hopper SM (each block also reserves 1 KiB)
 SMEM_SLACK = 4096  # barriers and the block reductions' scratch
-MAX_SMEM_PROGRAMS = 4  # programs per SM of the shared-memory form (STAGES)
+MAX_SMEM_PROGRAMS = 8  # programs per SM of the shared-memory form (STAGES)
 MAX_BOX_ROWS = 256  # a TMA box's extent per dimension
 MAX_CONFIGS = 28
 
@@ -78,15 +78,15 @@ def smem_configs(cpg: int, hw: int, itemsize: int, sms: int) -> list[tuple]:
     """The shared-memory form's candidates. S = the fewest tiles per group (a power of two, at
     most the SMs) whose tile fits an SM; then the most programs per SM that fit (at most 2 of
     16 warps, 4 of 8), in the first SMEM_FORMS chunking that cuts the tile into whole chunks,
-    and in the next one; one program per SM; and 2S and 4S tiles (a half and a quarter the
+    and in the next one; one program per SM; 2S and 4S tiles (a half and a quarter the
     size: more programs per SM, so that one waiting for its group's partials leaves others
-    to run)."""
+    to run); and the largest tiles of which eight 4-warp programs fit an SM."""
     def fitting(split: int, stages: int, warps: int) -> list[tuple]:
         return [cfg for cfg in ((0, w, stages, split, 2, r) for w, r in SMEM_FORMS if w == warps)
                 if smem_shape_error(cfg, cpg, hw, itemsize) is None]
 
     def most(split: int) -> list[tuple]:
-        for stages in range(MAX_SMEM_PROGRAMS, 0, -1):
+        for stages in range(4, 0, -1):  # 8 programs of 4 warps: the candidate below
             for warps in (16, 8):
                 cands = fitting(split, stages, warps)
                 if cands:
@@ -103,6 +103,14 @@ def smem_configs(cpg: int, hw: int, itemsize: int, sms: int) -> list[tuple]:
     for more in (2, 4):
         out += [c for c in (most(more * split)[:1] if more * split <= limit else [])
                 if c not in out]
+    # MAX_SMEM_PROGRAMS programs of 4 warps per SM, in the largest tiles that fit
+    more = 1
+    while more * split <= limit:
+        eight = fitting(more * split, MAX_SMEM_PROGRAMS, 4)[:1]
+        if eight:
+            out += [c for c in eight if c not in out]
+            break
+        more *= 2
     return out
 
 
