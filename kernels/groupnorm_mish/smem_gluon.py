@@ -12,8 +12,9 @@ STAGES programs per SM (1 to 4, as many as fit), persistent: program p takes til
 of CR rows x COLS columns of the (rows, COLS) view of x, CR = ROWS x num_warps (each thread
 holds ROWS 16-byte vectors of a chunk), one TMA copy and one mbarrier per chunk, and one tile
 slot. Per tile: shifted sums over its chunks as they land (shift = the group's first element);
-for S > 1 the synchronised form's exchange (publish 2 partials, count in on the group's arrival
-counter, wait for S, add the S partials in a fixed order); then normalise + Mish chunk by chunk
+for S > 1 the synchronised form's exchange (exchange.py: publish 2 partials as words of this
+launch's epoch, poll the group's other S - 1, add the S in a fixed order); then normalise + Mish
+chunk by chunk
 from shared memory straight to y, and as soon as every warp holds chunk j in registers (a CTA
 barrier, then a proxy fence) its slot is refilled with the next tile's chunk j. So DRAM sees
 the next tile's reads beside this tile's writes, as in a copy, and no load waits in a thread's
@@ -29,6 +30,15 @@ there (two-pass 29.5); 26.9 us at 32x640x32x32 (four 40 KiB programs per SM; two
 (32 groups) the register form stays ahead (12.2 us against 14.8). Taking the next tile's sums
 inside the normalise loop, two chunks behind their refill (...-6ba4), lost 3-10 %: at the
 64-register cap the accumulators spill, and the loop's mbarrier waits stall it.
+More programs per SM on smaller tiles hide one program's waits behind the others' work (runs
+...-96da, ...-f3bc, Tuner timings): at 128 groups four 8-warp programs on 40 KiB tiles (S = 8)
+30.4 us against two 16-warp ones on 80 KiB (S = 4) 32.4; eight 4-warp programs on 20 KiB
+tiles (S = 16) 28.7 against 30.7 and 32.2 in the same run; at 16x320x64x64 eight programs
+(S = 4) 28.2 against 29.4 for two whole-group programs. At 32x640x32x32 four programs on whole
+40 KiB groups stay ahead (26.9 against 29.1 for eight of S = 2). The exchange itself was not
+what the S > 1 tiles waited on: polling (value, epoch) words instead of counting in (runs
+...-7532, ...-ac32) left every time within noise once one warp polled (every warp polling
+its own copy had cost 9-12 % at 128 groups).
 
 The wait needs a group's S tiles in flight together: P is a multiple of S, so the S tiles of a
 group are taken by S programs in the same round, and an S > 1 launch is refused unless the

@@ -41,18 +41,17 @@ flat first pass):
 
 - SYNC = 1, one kernel, S programs per group synchronised inside it (S = the group's tiles
   of BLOCK elements; the SPLIT field holds S): each program loads its one tile into
-  registers, publishes the tile's shifted sums, counts itself in on its group's arrival
-  counter and waits until the counter says all S are in, then adds the S partials (a fixed
-  order: deterministic) and normalises the tile it still holds. DRAM sees one read and one
-  write whatever the size of the group, and every SM has programs to run at any batch. The
-  wait needs a group's S programs resident together: blocks are dispatched in index order
-  and a group's programs are adjacent, so S <= the SMs (each holds at least one program)
-  cannot deadlock; launch() refuses larger S. The arrival counters (int64, one per group,
-  kept per device, stream and S) are never reset: each launch adds exactly S to every group's
-  counter, a program's target is the next multiple of S above the count it arrived at, so a
-  launch needs no memset and a CUDA-graph replay behaves like a launch. The CPU interpreter
-  runs programs one after another (a wait would never end): there, S > 1 runs the kernel's
-  two halves as two launches (PHASE 1 publishes and counts in, PHASE 2 reloads and normalises).
+  registers, publishes the tile's shifted sums and polls for the group's other S - 1
+  (exchange.py: each partial one int64 word with its launch's epoch, so no counter, fence or
+  atomic), then adds the S partials (a fixed order: deterministic) and normalises the tile it
+  still holds. DRAM sees one read and one write whatever the size of the group, and every SM
+  has programs to run at any batch. The wait needs a group's S programs resident together:
+  blocks are dispatched in index order and a group's programs are adjacent, so S <= the SMs
+  (each holds at least one program) cannot deadlock; launch() refuses larger S. The words
+  (kept per device, stream and S) are never reset: a launch needs no memset and a CUDA-graph
+  replay behaves like a launch. The CPU interpreter runs programs one after another (a wait
+  would never end): there, S > 1 runs the kernel's two halves as two launches (PHASE 1
+  publishes, PHASE 2 reloads and normalises).
   On an H200 (runs ...-groupnorm-mish-cb77 -> ae44 -> 4ae6) the Tuner picks it at 128 and 32
   groups (batch 1: 12.3-13.3 us where the split form took 17.9-18.1 us); at 512 and 1024
   groups the one-kernel form stays the pick (31-34 us; the best synchronised tile 33-34 us;
@@ -65,8 +64,10 @@ flat first pass):
   it, normalising it out of shared memory and refilling each chunk with its next tile's as it
   goes: x read once, reads and writes together. BLOCK is 0 (the tile is L / SPLIT). On an
   H200 (runs ...-groupnorm-mish-6e2e against ...-558f) the Tuner picked it at the 80 MiB
-  shapes and at 128 groups (26.9-31.8 us, 3-9 % ahead of the other forms); where it cannot
-  run (the CPU, pre-Hopper GPUs, H*W not a multiple of its 256 columns) it is not a candidate.
+  shapes and at 128 groups (26.9-31.8 us, 3-9 % ahead of the other forms); with eight 4-warp
+  programs per SM on 20 KiB tiles (run ...-f3bc) 28.7 us at 128 groups (two 16-warp
+  programs: 32.2) and 28.2 at 16x320x64x64 fp16; where it cannot run (the CPU, pre-Hopper
+  GPUs, H*W not a multiple of its 256 columns) it is not a candidate.
 
 Tried on an H200 and not kept (runs ...-tune-groupnorm-mish-cbc0, ...-38fa/c42e): the
 synchronised form as thread-block clusters (a group's S <= 16 programs one cluster, synchronised
