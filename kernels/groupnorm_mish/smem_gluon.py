@@ -103,12 +103,15 @@ if gluon is not None:
         # tile ahead: at the tile's start its load stalled the first chunk's sums, 8.5 % of
         # the warp samples at 128 groups in run ...-f3bc)
         shift_next = gl.load(x_ptr + (pid // S).to(gl.int64) * L, mask=pid < n_tiles, other=0.0)
+        if S > 1:
+            # read 1 word of the tile's partials (its last epoch: this launch's is one above;
+            # exchange.py), also a tile ahead (read at the tile's start it took the shift's
+            # place in the profile: run ...-7cfc, 12.3 % long_scoreboard)
+            epoch_next = _epoch(part_ptr, pid, 1)
         for t in range(pid, n_tiles, P):
             grp = t // S
             if S > 1:
-                # read 1 word of the tile's partials (its last epoch: this launch's is one
-                # above; exchange.py), used after the sums
-                epoch = _epoch(part_ptr, t, 1)
+                epoch = epoch_next
             shift = shift_next.to(gl.float32)  # the group's shift, shared by its S tiles
             a1 = gl.zeros([CR, COLS], gl.float32, layout)
             a2 = gl.zeros([CR, COLS], gl.float32, layout)
@@ -134,6 +137,10 @@ if gluon is not None:
             # read 1 element of x (the next tile's shift, used a tile from now)
             shift_next = gl.load(x_ptr + (nxt // S).to(gl.int64) * L, mask=nxt < n_tiles,
                                  other=0.0)
+            if S > 1:
+                # read 1 word of the next tile's partials (its epoch; no program writes it
+                # before this one does, a tile from now)
+                epoch_next = _epoch(part_ptr, gl.minimum(nxt, n_tiles - 1), 1)
             for j in range(NCH):
                 # read CR x COLS of x (shared memory) into registers
                 v = buf.index(j).load(layout).to(gl.float32)
