@@ -28,10 +28,18 @@ EPOCHS: tl.constexpr = tl.constexpr(1 << 30)  # epochs wrap here (a word keeps 3
 
 
 @triton.jit
-def _epoch(part_ptr, t, AHEAD: tl.constexpr):
-    """The epoch of tile t's word (volatile: from L2), plus AHEAD (1: the one this launch
-    writes, before it has; 0: after); int32."""
-    return (((tl.load(part_ptr + 2 * t, volatile=True) >> 32) + AHEAD) % EPOCHS).to(tl.int32)
+def _last_epoch(part_ptr, t):
+    """The epoch tile t's words carry now (int32: the upper half of its first word; volatile:
+    from L2). Loaded apart from `_epoch`, so that a caller can load it a tile ahead and do the
+    arithmetic where it uses it (done together, the arithmetic waited on the load where it
+    was issued)."""
+    return tl.load((part_ptr + 2 * t).to(tl.pointer_type(tl.int32)) + 1, volatile=True)
+
+
+@triton.jit
+def _epoch(last, AHEAD: tl.constexpr):
+    """The epoch after `last` (AHEAD 1: the one this launch writes, before it has; 0: after)."""
+    return (last + AHEAD) % EPOCHS
 
 
 @triton.jit

@@ -58,7 +58,7 @@ import triton
 
 from kernels._common import interpreted
 from kernels.groupnorm_mish.candidates import smem_cols, smem_shape_error
-from kernels.groupnorm_mish.exchange import _epoch, _gather, _publish
+from kernels.groupnorm_mish.exchange import _epoch, _gather, _last_epoch, _publish
 from kernels.groupnorm_mish.mish import _mish_affine, _stats
 
 from kernels._gluon import MIN_TRITON, GluonDescriptor, fence_async_shared, gl, gluon, mbarrier
@@ -107,11 +107,11 @@ if gluon is not None:
             # read 1 word of the tile's partials (its last epoch: this launch's is one above;
             # exchange.py), also a tile ahead (read at the tile's start it took the shift's
             # place in the profile: run ...-7cfc, 12.3 % long_scoreboard)
-            epoch_next = _epoch(part_ptr, pid, 1)
+            last_next = _last_epoch(part_ptr, pid)
         for t in range(pid, n_tiles, P):
             grp = t // S
             if S > 1:
-                epoch = epoch_next
+                epoch = _epoch(last_next, 1)
             shift = shift_next.to(gl.float32)  # the group's shift, shared by its S tiles
             a1 = gl.zeros([CR, COLS], gl.float32, layout)
             a2 = gl.zeros([CR, COLS], gl.float32, layout)
@@ -140,7 +140,7 @@ if gluon is not None:
             if S > 1:
                 # read 1 word of the next tile's partials (its epoch; no program writes it
                 # before this one does, a tile from now)
-                epoch_next = _epoch(part_ptr, gl.minimum(nxt, n_tiles - 1), 1)
+                last_next = _last_epoch(part_ptr, gl.minimum(nxt, n_tiles - 1))
             for j in range(NCH):
                 # read CR x COLS of x (shared memory) into registers
                 v = buf.index(j).load(layout).to(gl.float32)
