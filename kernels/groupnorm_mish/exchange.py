@@ -28,21 +28,10 @@ EPOCHS: tl.constexpr = tl.constexpr(1 << 30)  # epochs wrap here (a word keeps 3
 
 
 @triton.jit
-def _last_epoch(part_ptr, t):
-    """The epoch tile t's words carry now (int32: the upper half of its first word; .cg: from
-    L2, never an L1 line). Loaded apart from `_epoch`, so that a caller can load it a tile
-    ahead and do the arithmetic where it uses it (done together, the arithmetic waited on the
-    load where it was issued). Not volatile: a volatile (strong, system-scope) load stalled
-    where it was issued, 13 % of the warp samples at 128 groups (run ...-7f68); this one is
-    read once per tile, never polled, and the word it reads was last written by an earlier
-    launch."""
-    return tl.load((part_ptr + 2 * t).to(tl.pointer_type(tl.int32)) + 1, cache_modifier=".cg")
-
-
-@triton.jit
-def _epoch(last, AHEAD: tl.constexpr):
-    """The epoch after `last` (AHEAD 1: the one this launch writes, before it has; 0: after)."""
-    return (last + AHEAD) % EPOCHS
+def _epoch(part_ptr, t, AHEAD: tl.constexpr):
+    """The epoch of tile t's word (volatile: from L2), plus AHEAD (1: the one this launch
+    writes, before it has; 0: after); int32."""
+    return (((tl.load(part_ptr + 2 * t, volatile=True) >> 32) + AHEAD) % EPOCHS).to(tl.int32)
 
 
 @triton.jit

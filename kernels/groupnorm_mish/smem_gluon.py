@@ -58,7 +58,7 @@ import triton
 
 from kernels._common import interpreted
 from kernels.groupnorm_mish.candidates import smem_cols, smem_shape_error
-from kernels.groupnorm_mish.exchange import _epoch, _gather, _last_epoch, _publish
+from kernels.groupnorm_mish.exchange import _epoch, _gather, _publish
 from kernels.groupnorm_mish.mish import _mish_affine, _stats
 
 from kernels._gluon import MIN_TRITON, GluonDescriptor, fence_async_shared, gl, gluon, mbarrier
@@ -99,20 +99,14 @@ if gluon is not None:
             _tma_load(desc, [pid * R + q * CR, 0], bars.index(q), buf.index(q),
                       pred=pid < n_tiles)
         phase = 0
-        # read 1 element of x (the first tile's group's shift; each later tile's is read a
-        # tile ahead: at the tile's start its load stalled the first chunk's sums, 8.5 % of
-        # the warp samples at 128 groups in run ...-f3bc)
-        shift_next = gl.load(x_ptr + (pid // S).to(gl.int64) * L, mask=pid < n_tiles, other=0.0)
-        if S > 1:
-            # read 1 word of the tile's partials (its last epoch: this launch's is one above;
-            # exchange.py), also a tile ahead (read at the tile's start it took the shift's
-            # place in the profile: run ...-7cfc, 12.3 % long_scoreboard)
-            last_next = _last_epoch(part_ptr, pid)
         for t in range(pid, n_tiles, P):
             grp = t // S
             if S > 1:
-                epoch = _epoch(last_next, 1)
-            shift = shift_next.to(gl.float32)  # the group's shift, shared by its S tiles
+                # read 1 word of the tile's partials (its last epoch: this launch's is one
+                # above; exchange.py), used after the sums
+                epoch = _epoch(part_ptr, t, 1)
+            # read 1 element of x (the group's shift, shared by its S tiles)
+            shift = gl.load(x_ptr + grp.to(gl.int64) * L).to(gl.float32)
             a1 = gl.zeros([CR, COLS], gl.float32, layout)
             a2 = gl.zeros([CR, COLS], gl.float32, layout)
             for j in range(NCH):  # each chunk as soon as it has landed
@@ -134,13 +128,6 @@ if gluon is not None:
             wc0 = (grp % G) * CPG
             ybase = y_ptr + t.to(gl.int64) * (R * COLS)
             nxt = t + P
-            # read 1 element of x (the next tile's shift, used a tile from now)
-            shift_next = gl.load(x_ptr + (nxt // S).to(gl.int64) * L, mask=nxt < n_tiles,
-                                 other=0.0)
-            if S > 1:
-                # read 1 word of the next tile's partials (its epoch; no program writes it
-                # before this one does, a tile from now)
-                last_next = _last_epoch(part_ptr, gl.minimum(nxt, n_tiles - 1))
             for j in range(NCH):
                 # read CR x COLS of x (shared memory) into registers
                 v = buf.index(j).load(layout).to(gl.float32)

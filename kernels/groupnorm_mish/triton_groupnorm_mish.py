@@ -99,7 +99,7 @@ from kernels._common import Tuner, sm_count
 from kernels.groupnorm_mish.candidates import (  # noqa: F401  (MAX_CONFIGS: re-exported)
     MAX_CONFIGS, MAX_SPLIT, chunks, configs, flat_cols, sync_tiles, tile)
 from kernels.groupnorm_mish import smem_gluon
-from kernels.groupnorm_mish.exchange import _epoch, _gather, _last_epoch, _publish
+from kernels.groupnorm_mish.exchange import _epoch, _gather, _publish
 from kernels.groupnorm_mish.mish import _mish_affine, _stats
 
 # candidates per shape (configs()); BLOCK: any power of two up to MAX_ONE_TILE, or 0 (SYNC 2:
@@ -295,7 +295,7 @@ def _gn_mish_sync(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, CPG, G, eps,
     offs = base + c[:, None] * HW + h[None, :]
     # read 1 word of this tile's partials (its last epoch: this launch's is one above;
     # the interpreter's second half reads the one its first half wrote)
-    epoch = _epoch(_last_epoch(part_ptr, pid), 1 if PHASE != 2 else 0)
+    epoch = _epoch(part_ptr, pid, 1 if PHASE != 2 else 0)
     # read 1 element of x (the group's shift, shared by its S tiles so the partials add)
     x0 = tl.load(x_ptr + base).to(tl.float32)
     # read CB x HB of x (DRAM, once: kept in registers, shifted, until the group's statistics
