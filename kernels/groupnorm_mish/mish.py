@@ -63,17 +63,3 @@ def _stats(s1, s2, shift, L, eps):
     m1 = s1 / L
     var = tl.maximum(s2 / L - m1 * m1, 0.0)
     return shift + m1, 1.0 / tl.sqrt(var + eps)
-
-
-@triton.jit
-def _add_pairs(a1, a2, b1, b2):
-    return a1 + b1, a2 + b2
-
-
-@triton.jit
-def _tile_sums(v1, v2):
-    """(sum of v1, sum of v2) over 2-D tiles in one reduction per axis: the two sums share
-    each cross-warp exchange and its CTA barrier (two separate sums took 15-17 % of the warp
-    samples, mostly at those barriers, in run ...-f3bc's shared-memory form)."""
-    r1, r2 = tl.reduce((v1, v2), 1, _add_pairs)
-    return tl.reduce((r1, r2), 0, _add_pairs)

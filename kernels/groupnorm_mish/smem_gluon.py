@@ -59,7 +59,7 @@ import triton
 from kernels._common import interpreted
 from kernels.groupnorm_mish.candidates import smem_cols, smem_shape_error
 from kernels.groupnorm_mish.exchange import _epoch, _gather, _publish
-from kernels.groupnorm_mish.mish import _mish_affine, _stats, _tile_sums
+from kernels.groupnorm_mish.mish import _mish_affine, _stats
 
 from kernels._gluon import MIN_TRITON, GluonDescriptor, fence_async_shared, gl, gluon, mbarrier
 from kernels._gluon import cta_barrier as _cta_barrier
@@ -115,7 +115,8 @@ if gluon is not None:
                 v = buf.index(j).load(layout).to(gl.float32) - shift
                 a1 += v
                 a2 += v * v
-            s1, s2 = _tile_sums(a1, a2)
+            s1 = gl.sum(gl.sum(a1, axis=1), axis=0)
+            s2 = gl.sum(gl.sum(a2, axis=1), axis=0)
             if S > 1:
                 # write the tile's 2 partials, read the group's other S - 1 from L2 as they
                 # come, added in a fixed order

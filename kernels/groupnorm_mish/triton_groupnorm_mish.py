@@ -100,7 +100,7 @@ from kernels.groupnorm_mish.candidates import (  # noqa: F401  (MAX_CONFIGS: re-
     MAX_CONFIGS, MAX_SPLIT, chunks, configs, flat_cols, sync_tiles, tile)
 from kernels.groupnorm_mish import smem_gluon
 from kernels.groupnorm_mish.exchange import _epoch, _gather, _publish
-from kernels.groupnorm_mish.mish import _mish_affine, _stats, _tile_sums
+from kernels.groupnorm_mish.mish import _mish_affine, _stats
 
 # candidates per shape (configs()); BLOCK: any power of two up to MAX_ONE_TILE, or 0 (SYNC 2:
 # the group's L / SPLIT)
@@ -307,7 +307,8 @@ def _gn_mish_sync(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, CPG, G, eps,
     me = -1  # PHASE 2 reads its own partials back too
     if PHASE != 2:
         # write this tile's 2 partials (words of this launch's epoch)
-        s1, s2 = _tile_sums(d, d * d)
+        s1 = tl.sum(tl.sum(d, axis=1), axis=0)
+        s2 = tl.sum(tl.sum(d * d, axis=1), axis=0)
         _publish(part_ptr, pid, s1, s2, epoch)
         me = t
     if PHASE != 1:
