@@ -27,6 +27,12 @@ import triton.language as tl
 EPOCHS: tl.constexpr = tl.constexpr(1 << 30)  # epochs wrap here (a word keeps 32 bits of one)
 
 
+def lanes(split: int, warps: int) -> int:
+    """K, the length of `_gather`'s lane vector: a power of two covering the S = `split` tiles
+    and one lane per thread of a `warps`-warp program (so one warp's lanes poll)."""
+    return max(triton.next_power_of_2(split), 32 * warps)
+
+
 @triton.jit
 def _epoch(part_ptr, t, AHEAD: tl.constexpr):
     """The epoch of tile t's word (volatile: from L2), plus AHEAD (1: the one this launch

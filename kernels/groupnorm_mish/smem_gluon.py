@@ -58,7 +58,7 @@ import triton
 
 from kernels._common import interpreted
 from kernels.groupnorm_mish.candidates import smem_cols, smem_shape_error
-from kernels.groupnorm_mish.exchange import _epoch, _gather, _publish
+from kernels.groupnorm_mish.exchange import _epoch, _gather, _publish, lanes
 from kernels.groupnorm_mish.mish import _mish_affine, _stats
 
 from kernels._gluon import MIN_TRITON, GluonDescriptor, fence_async_shared, gl, gluon, mbarrier
@@ -69,7 +69,7 @@ from kernels._gluon import triton_version as _triton_version
 if gluon is not None:
     @gluon.jit
     def _gn_mish_smem(desc, x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, n_tiles, G, CPG,
-                      eps, HW: gl.constexpr, S: gl.constexpr, S_P2: gl.constexpr,
+                      eps, HW: gl.constexpr, S: gl.constexpr, K: gl.constexpr,
                       NCH: gl.constexpr, FAST: gl.constexpr):
         """desc: TMA descriptor of x's (rows, COLS) view in (CR, COLS) boxes; n_tiles = groups
         x S; a tile is NCH boxes."""
@@ -81,7 +81,6 @@ if gluon is not None:
         RPC: gl.constexpr = HW // COLS  # rows per channel
         layout: gl.constexpr = gl.BlockedLayout([1, COLS // 32], [1, 32], [nw, 1], [1, 0])
         flat: gl.constexpr = gl.BlockedLayout([1], [32], [nw], [0])
-        K: gl.constexpr = 32 * nw if 32 * nw >= S_P2 else S_P2  # one lane per thread
         buf = gl.allocate_shared_memory(desc.dtype, [NCH, CR, COLS], desc.layout)
         bars = gl.allocate_shared_memory(gl.int64, [NCH, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(NCH):
@@ -188,7 +187,7 @@ def kernel_consts(cfg: tuple, cpg: int, hw: int, itemsize: int) -> tuple[int, in
     and the sm_90 build check compiles."""
     _, warps, stages, split, _, rows = cfg
     c, cr = smem_cols(itemsize), rows * warps
-    return cr, c, dict(HW=hw, S=split, S_P2=triton.next_power_of_2(split),
+    return cr, c, dict(HW=hw, S=split, K=lanes(split, warps),
                        NCH=cpg * hw // split // (cr * c), FAST=True, num_warps=warps,
                        **launch_caps(warps, stages))
 

@@ -42,8 +42,8 @@ flat first pass):
 - SYNC = 1, one kernel, S programs per group synchronised inside it (S = the group's tiles
   of BLOCK elements; the SPLIT field holds S): each program loads its one tile into
   registers, publishes the tile's shifted sums and polls for the group's other S - 1
-  (exchange.py: each partial one int64 word with its launch's epoch, so no counter, fence or
-  atomic), then adds the S partials (a fixed order: deterministic) and normalises the tile it
+  (exchange.py: each partial one int64 word with its launch's epoch, so no counter or
+  fence), then adds the S partials (a fixed order: deterministic) and normalises the tile it
   still holds. DRAM sees one read and one write whatever the size of the group, and every SM
   has programs to run at any batch. The wait needs a group's S programs resident together:
   blocks are dispatched in index order and a group's programs are adjacent, so S <= the SMs
@@ -98,7 +98,7 @@ import triton.language as tl
 from kernels._common import Tuner, sm_count
 from kernels.groupnorm_mish.candidates import (  # noqa: F401  (MAX_CONFIGS: re-exported)
     MAX_CONFIGS, MAX_SPLIT, chunks, configs, flat_cols, sync_tiles, tile)
-from kernels.groupnorm_mish import smem_gluon
+from kernels.groupnorm_mish import exchange, smem_gluon
 from kernels.groupnorm_mish.exchange import _epoch, _gather, _publish
 from kernels.groupnorm_mish.mish import _mish_affine, _stats
 
@@ -282,7 +282,7 @@ def _gn_mish_sync(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, CPG, G, eps,
                   HW: tl.constexpr, CB: tl.constexpr, HB: tl.constexpr, NCT: tl.constexpr,
                   NHT: tl.constexpr, K: tl.constexpr, PHASE: tl.constexpr,
                   FAST: tl.constexpr):
-    """K: a power of two >= S and >= the program's threads (exchange._gather)."""
+    """K: exchange.lanes(S, num_warps), the length of exchange._gather's lane vector."""
     S: tl.constexpr = NCT * NHT  # programs (tiles) per group
     pid = tl.program_id(0)  # group * S + tile
     grp = pid // S
@@ -398,7 +398,7 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
                                  f"resident together: at most {resident} here (a larger BLOCK)")
             part = exchange_words(x.device, split, groups)
             phases = (0,) if fast or split == 1 else (1, 2)
-            k = max(triton.next_power_of_2(split), 32 * warps)
+            k = exchange.lanes(split, warps)
             for phase in phases:
                 _gn_mish_sync[(groups * split,)](
                     x, w, b, y, part, cpg, num_groups, eps, HW=hw, CB=cb, HB=hb, NCT=nct,

@@ -83,6 +83,7 @@ def build_smem(cfg: tuple, cpg: int, hw: int, dtype: str) -> Build:
 
 def builds(dtype: str, only: set[str] | None, quick: bool = False):
     from kernels.groupnorm_mish import triton_groupnorm_mish as tgm
+    from kernels.groupnorm_mish.exchange import lanes
     from kernels.layernorm import triton_layernorm as tln
     from kernels.layernorm import triton_layernorm_bwd as tlb
     from kernels.linear_gelu import triton_matmul as tm
@@ -197,7 +198,7 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
                                  "part_ptr": "*i64", "CPG": "i32",
                                  "G": "i32", "eps": "fp32"},
                                 {"HW": hw, "CB": cb, "HB": hb, "NCT": nct, "NHT": nht,
-                                 "K": max(triton.next_power_of_2(nct * nht), 32 * warps),
+                                 "K": lanes(nct * nht, warps),
                                  "PHASE": 0, "FAST": True}, warps)
                     continue
                 if split == 0:
