@@ -23,10 +23,9 @@ SPLIT_BELOW = 2
 # (two block reductions, the partials, the wait: ~250 instructions per thread) is spread over
 # more elements (H200, first version: 4096 x 4 warps 32.7 us, 4096 x 8 warps 37.1 us)
 SYNC_TILES = ((4096, 4), (8192, 4), (4096, 2), (8192, 8), (16384, 8))
-# shared-memory form (SYNC = 2, smem_gluon.py; SYNC = 3: the same with two tile slots per
-# program): (num_warps, ROWS) of its chunks of ROWS x num_warps rows (ROWS 16-byte vectors per
-# thread), in order of preference
-SMEM_FORMS = ((16, 2), (8, 4), (16, 1), (8, 2), (4, 2), (4, 1))
+# shared-memory form (SYNC = 2, smem_gluon.py): (num_warps, ROWS) of its chunks of ROWS x
+# num_warps rows (ROWS 16-byte vectors per thread), in order of preference
+SMEM_FORMS = ((16, 2), (8, 4), (16, 1), (8, 2), (4, 2))
 SMEM_LIMIT = 232448  # bytes of shared memory a Hopper block may use (227 KiB)
 SMEM_SM = 233472  # bytes of shared memory of a Hopper SM (each block also reserves 1 KiB)
 SMEM_SLACK = 4096  # barriers and the block reductions' scratch
@@ -45,21 +44,16 @@ def smem_cols(itemsize: int) -> int:
     return 32 * (16 // itemsize)
 
 
-def tile_smem(block: int, itemsize: int, slots: int = 1) -> int:
-    """Shared memory of one shared-memory-form program: its tile slots, and slack."""
-    return slots * block * itemsize + SMEM_SLACK
-
-
-def smem_slots(sync: int) -> int:
-    """Tile slots per program of shared-memory form SYNC = `sync` (2: one, 3: two)."""
-    return 2 if sync == 3 else 1
+def tile_smem(block: int, itemsize: int) -> int:
+    """Shared memory of one shared-memory-form program: its tile, and slack."""
+    return block * itemsize + SMEM_SLACK
 
 
 def smem_shape_error(cfg: tuple, cpg: int, hw: int, itemsize: int) -> str | None:
-    """Why config (BLOCK, num_warps, STAGES, SPLIT, SYNC, ROWS) of the shared-memory form
-    (SYNC 2, or 3: two tile slots) does not fit a group of cpg x hw elements of `itemsize`
-    bytes (None when it does). BLOCK 0: the tile is the group's L / SPLIT elements."""
-    block, warps, stages, split, sync, rows = cfg
+    """Why config (BLOCK, num_warps, STAGES, SPLIT, 2, ROWS) of the shared-memory form does not
+    fit a group of cpg x hw elements of `itemsize` bytes (None when it does). BLOCK 0: the
+    tile is the group's L / SPLIT elements."""
+    block, warps, stages, split, _, rows = cfg
     c, L = smem_cols(itemsize), cpg * hw
     if hw % c:
         return f"H*W={hw} is not a multiple of {c} (the row view's columns)"
@@ -73,12 +67,10 @@ def smem_shape_error(cfg: tuple, cpg: int, hw: int, itemsize: int) -> str | None
     if not 1 <= stages <= MAX_SMEM_PROGRAMS or stages * warps > 32:
         return (f"STAGES (programs per SM) is 1 to {MAX_SMEM_PROGRAMS}, with STAGES x "
                 f"num_warps <= 32, got STAGES={stages} num_warps={warps}")
-    slots = smem_slots(sync)
-    need = tile_smem(tile_elems, itemsize, slots)
+    need = tile_smem(tile_elems, itemsize)
     if need > SMEM_LIMIT or stages * (need + 1024) > SMEM_SM:
-        return (f"a tile of {tile_elems} elements{' in each of 2 slots' if slots > 1 else ''} "
-                f"needs {need} B of shared memory per program, {stages} per SM: over the "
-                f"{SMEM_SM} B of an SM")
+        return (f"a tile of {tile_elems} elements needs {need} B of shared memory per program, "
+                f"{stages} per SM: over the {SMEM_SM} B of an SM")
     return None
 
 
@@ -88,12 +80,9 @@ def smem_configs(cpg: int, hw: int, itemsize: int, sms: int) -> list[tuple]:
     16 warps, 4 of 8), in the first SMEM_FORMS chunking that cuts the tile into whole chunks,
     and in the next one; one program per SM; 2S and 4S tiles (a half and a quarter the
     size: more programs per SM, so that one waiting for its group's partials leaves others
-    to run); the largest tiles of which eight 4-warp programs fit an SM; and the same with two
-    tile slots per program (SYNC 3: tiles half that size, the next one read while a program
-    sums, waits for its group and normalises the current one)."""
-    def fitting(split: int, stages: int, warps: int, sync: int = 2) -> list[tuple]:
-        return [cfg for cfg in ((0, w, stages, split, sync, r) for w, r in SMEM_FORMS
-                                if w == warps)
+    to run); and the largest tiles of which eight 4-warp programs fit an SM."""
+    def fitting(split: int, stages: int, warps: int) -> list[tuple]:
+        return [cfg for cfg in ((0, w, stages, split, 2, r) for w, r in SMEM_FORMS if w == warps)
                 if smem_shape_error(cfg, cpg, hw, itemsize) is None]
 
     def most(split: int) -> list[tuple]:
@@ -114,16 +103,14 @@ def smem_configs(cpg: int, hw: int, itemsize: int, sms: int) -> list[tuple]:
     for more in (2, 4):
         out += [c for c in (most(more * split)[:1] if more * split <= limit else [])
                 if c not in out]
-    # MAX_SMEM_PROGRAMS programs of 4 warps per SM, in the largest tiles that fit: one slot,
-    # then two
-    for sync in (2, 3):
-        more = 1
-        while more * split <= limit:
-            eight = fitting(more * split, MAX_SMEM_PROGRAMS, 4, sync)[:1]
-            if eight:
-                out += [c for c in eight if c not in out]
-                break
-            more *= 2
+    # MAX_SMEM_PROGRAMS programs of 4 warps per SM, in the largest tiles that fit
+    more = 1
+    while more * split <= limit:
+        eight = fitting(more * split, MAX_SMEM_PROGRAMS, 4)[:1]
+        if eight:
+            out += [c for c in eight if c not in out]
+            break
+        more *= 2
     return out
 
 

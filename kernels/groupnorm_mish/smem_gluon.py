@@ -57,7 +57,7 @@ import torch
 import triton
 
 from kernels._common import interpreted
-from kernels.groupnorm_mish.candidates import smem_cols, smem_shape_error, smem_slots
+from kernels.groupnorm_mish.candidates import smem_cols, smem_shape_error
 from kernels.groupnorm_mish.exchange import _epoch, _gather, _publish, lanes
 from kernels.groupnorm_mish.mish import _mish_affine, _stats
 
@@ -70,9 +70,9 @@ if gluon is not None:
     @gluon.jit
     def _gn_mish_smem(desc, x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, n_tiles, G, CPG,
                       eps, HW: gl.constexpr, S: gl.constexpr, K: gl.constexpr,
-                      NCH: gl.constexpr, SLOTS: gl.constexpr, FAST: gl.constexpr):
+                      NCH: gl.constexpr, FAST: gl.constexpr):
         """desc: TMA descriptor of x's (rows, COLS) view in (CR, COLS) boxes; n_tiles = groups
-        x S; a tile is NCH boxes; SLOTS tiles of a program in shared memory (1 or 2)."""
+        x S; a tile is NCH boxes."""
         CR: gl.constexpr = desc.block_type.shape[0]
         COLS: gl.constexpr = desc.block_type.shape[1]
         NBYTES: gl.constexpr = desc.block_type.nbytes
@@ -81,9 +81,9 @@ if gluon is not None:
         RPC: gl.constexpr = HW // COLS  # rows per channel
         layout: gl.constexpr = gl.BlockedLayout([1, COLS // 32], [1, 32], [nw, 1], [1, 0])
         flat: gl.constexpr = gl.BlockedLayout([1], [32], [nw], [0])
-        buf = gl.allocate_shared_memory(desc.dtype, [SLOTS * NCH, CR, COLS], desc.layout)
-        bars = gl.allocate_shared_memory(gl.int64, [SLOTS * NCH, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(SLOTS * NCH):
+        buf = gl.allocate_shared_memory(desc.dtype, [NCH, CR, COLS], desc.layout)
+        bars = gl.allocate_shared_memory(gl.int64, [NCH, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(NCH):
             mbarrier.init(bars.index(i), count=1)
         fence_async_shared()
         pid = gl.program_id(0)
@@ -92,14 +92,12 @@ if gluon is not None:
         rows = gl.arange(0, CR, layout=gl.SliceLayout(1, layout))
         offs = gl.expand_dims(rows, 1) * COLS + gl.expand_dims(
             gl.arange(0, COLS, layout=gl.SliceLayout(0, layout)), 0)
-        # read the program's first SLOTS tiles (TMA, DRAM), one per slot
-        for s in gl.static_range(SLOTS):
-            for q in gl.static_range(NCH):
-                mbarrier.expect(bars.index(s * NCH + q), NBYTES, pred=pid + s * P < n_tiles)
-                _tma_load(desc, [(pid + s * P) * R + q * CR, 0], bars.index(s * NCH + q),
-                          buf.index(s * NCH + q), pred=pid + s * P < n_tiles)
+        # read the program's first tile (TMA, DRAM)
+        for q in gl.static_range(NCH):
+            mbarrier.expect(bars.index(q), NBYTES, pred=pid < n_tiles)
+            _tma_load(desc, [pid * R + q * CR, 0], bars.index(q), buf.index(q),
+                      pred=pid < n_tiles)
         phase = 0
-        c0 = 0  # the tile's slot's first chunk
         for t in range(pid, n_tiles, P):
             grp = t // S
             if S > 1:
@@ -111,9 +109,9 @@ if gluon is not None:
             a1 = gl.zeros([CR, COLS], gl.float32, layout)
             a2 = gl.zeros([CR, COLS], gl.float32, layout)
             for j in range(NCH):  # each chunk as soon as it has landed
-                mbarrier.wait(bars.index(c0 + j), phase)
+                mbarrier.wait(bars.index(j), phase)
                 # read CR x COLS of x (shared memory)
-                v = buf.index(c0 + j).load(layout).to(gl.float32) - shift
+                v = buf.index(j).load(layout).to(gl.float32) - shift
                 a1 += v
                 a2 += v * v
             s1 = gl.sum(gl.sum(a1, axis=1), axis=0)
@@ -128,17 +126,16 @@ if gluon is not None:
             row0 = (t % S) * R  # the tile's first row within its group
             wc0 = (grp % G) * CPG
             ybase = y_ptr + t.to(gl.int64) * (R * COLS)
-            nxt = t + SLOTS * P  # the slot's next tile
+            nxt = t + P
             for j in range(NCH):
                 # read CR x COLS of x (shared memory) into registers
-                v = buf.index(c0 + j).load(layout).to(gl.float32)
-                # every warp holds chunk j: refill it with the slot's next tile's chunk j
-                # (TMA, DRAM), in flight while this tile (and with 2 slots the next) is
-                # normalised
+                v = buf.index(j).load(layout).to(gl.float32)
+                # every warp holds chunk j: refill its slot with the next tile's chunk j
+                # (TMA, DRAM), in flight while this tile is normalised
                 _cta_barrier()
                 fence_async_shared()
-                mbarrier.expect(bars.index(c0 + j), NBYTES, pred=nxt < n_tiles)
-                _tma_load(desc, [nxt * R + j * CR, 0], bars.index(c0 + j), buf.index(c0 + j),
+                mbarrier.expect(bars.index(j), NBYTES, pred=nxt < n_tiles)
+                _tma_load(desc, [nxt * R + j * CR, 0], bars.index(j), buf.index(j),
                           pred=nxt < n_tiles)
                 c = wc0 + (row0 + j * CR + rows) // RPC
                 # read CR of w and of b (L1/L2)
@@ -147,11 +144,7 @@ if gluon is not None:
                 # write CR x COLS of y
                 gl.store(ybase + j * (CR * COLS) + offs,
                          _mish_affine(v - mean, rstd * gw, gb, FAST, y_ptr.dtype.element_ty))
-            if SLOTS == 1:
-                phase ^= 1
-            else:  # slot 0, 1, 0, ...: the phase turns after slot 1
-                phase ^= c0 // NCH
-                c0 = NCH - c0
+            phase ^= 1
 
 
 def unsupported(device: torch.device) -> str | None:
@@ -190,13 +183,13 @@ def launch_caps(warps: int, stages: int) -> dict:
 
 def kernel_consts(cfg: tuple, cpg: int, hw: int, itemsize: int) -> tuple[int, int, dict]:
     """(CR, COLS, the kernel's constexprs and launch options) of config (0, num_warps, STAGES,
-    SPLIT, SYNC, ROWS) (SYNC 2, or 3: two tile slots) for groups of cpg x hw elements of
-    `itemsize` bytes: what launch() passes and the sm_90 build check compiles."""
-    _, warps, stages, split, sync, rows = cfg
+    SPLIT, 2, ROWS) for groups of cpg x hw elements of `itemsize` bytes: what launch() passes
+    and the sm_90 build check compiles."""
+    _, warps, stages, split, _, rows = cfg
     c, cr = smem_cols(itemsize), rows * warps
     return cr, c, dict(HW=hw, S=split, K=lanes(split, warps),
-                       NCH=cpg * hw // split // (cr * c), SLOTS=smem_slots(sync), FAST=True,
-                       num_warps=warps, **launch_caps(warps, stages))
+                       NCH=cpg * hw // split // (cr * c), FAST=True, num_warps=warps,
+                       **launch_caps(warps, stages))
 
 
 _resident: dict = {}  # (device, compile key) -> programs of that build an SM holds
@@ -224,8 +217,8 @@ def resident_per_sm(device: torch.device, key: tuple, build) -> int:
 
 def launch(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, y: torch.Tensor, num_groups: int,
            eps: float, cfg: tuple, sms: int, words) -> None:
-    """Run config (0, num_warps, STAGES, SPLIT, SYNC, ROWS) (SYNC 2 or 3) on contiguous,
-    16-byte-aligned x (N, C, H, W) into y. `words(split, groups)` gives the partials' words (exchange.py)."""
+    """Run config (0, num_warps, STAGES, SPLIT, 2, ROWS) on contiguous, 16-byte-aligned x
+    (N, C, H, W) into y. `words(split, groups)` gives the partials' words (exchange.py)."""
     N, C, H, W = x.shape
     cpg, hw = C // num_groups, H * W
     reason = unsupported(x.device) or smem_shape_error(tuple(cfg), cpg, hw, x.element_size())

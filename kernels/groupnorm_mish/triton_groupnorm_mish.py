@@ -107,7 +107,7 @@ from kernels.groupnorm_mish.mish import _mish_affine, _stats
 _tuner = Tuner("groupnorm_mish", ("BLOCK", "num_warps", "STAGES", "SPLIT", "SYNC", "ROWS"),
                values={"BLOCK": (0,) + tuple(2 ** i for i in range(6, 15)),
                        "num_warps": (1, 2, 4, 8, 16), "STAGES": tuple(range(1, 9)),
-                       "SPLIT": tuple(range(MAX_SPLIT + 1)), "SYNC": (0, 1, 2, 3),
+                       "SPLIT": tuple(range(MAX_SPLIT + 1)), "SYNC": (0, 1, 2),
                        "ROWS": (0, 1, 2, 4, 8)})
 # what a SYNC 2 pick runs on an x that is not 16-byte aligned (TMA cannot read it)
 FALLBACK = (8192, 16, 1, 0, 0, 4)
@@ -381,7 +381,7 @@ def groupnorm_mish(x: torch.Tensor, num_groups: int, w: torch.Tensor, b: torch.T
     def launch(cfg) -> int:
         vals = tuple(cfg)
         block, warps, stages, split, sync, rows = vals + (0, 0, 0)[len(vals) - 3:]
-        if sync in (2, 3):
+        if sync == 2:
             if x.data_ptr() % 16:  # TMA needs a 16-byte-aligned x: the flat two-pass form
                 return launch(FALLBACK)
             smem_gluon.launch(x, w, b, y, num_groups, eps, vals, sm_count(x.device),

@@ -59,12 +59,12 @@ def build(fn, name: str, label: str, args: dict, consts: dict, warps: int, stage
 
 def build_smem(cfg: tuple, cpg: int, hw: int, dtype: str) -> Build:
     """Compile groupnorm_mish's shared-memory form (a Gluon kernel) for sm_90 at config
-    (0, num_warps, STAGES, SPLIT, SYNC, ROWS) (SYNC 2, or 3: two tile slots)."""
+    (0, num_warps, STAGES, SPLIT, 2, ROWS)."""
     import torch
 
     from kernels.groupnorm_mish import smem_gluon as sg
 
-    _, warps, stages, split, sync, rows = cfg
+    _, warps, stages, split, _, rows = cfg
     tdt = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
     cr, c, consts = sg.kernel_consts(cfg, cpg, hw, tdt.itemsize)
     warps, maxnreg = consts.pop("num_warps"), consts.pop("maxnreg", None)
@@ -77,7 +77,7 @@ def build_smem(cfg: tuple, cpg: int, hw: int, dtype: str) -> Build:
                            aligned=[a for a, v in sig.items() if str(v).startswith("*")],
                            maxnreg=maxnreg)
     return Build("groupnorm_mish", f"HW={hw} smem {split}x{cpg * hw // split} w{warps} "
-                 f"ROWS={rows} {stages}/SM{' 2 slots' if sync == 3 else ''}", k.regs, k.stack, k.smem_bytes, k.wgmma, k.vec16,
+                 f"ROWS={rows} {stages}/SM", k.regs, k.stack, k.smem_bytes, k.wgmma, k.vec16,
                  k.cp_async, k.tma, k.gdc)
 
 
@@ -185,9 +185,9 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
             cands = tgm.configs(cpg, hw, 32, 132, None, item)
             picked = (cands[:1] + [c for c in cands if c[3] and not c[4]][:1]
                       + [c for c in cands if c[4] == 1][:1]
-                      + [c for c in cands if c[4] >= 2][:1]) if quick else cands
+                      + [c for c in cands if c[4] == 2][:1]) if quick else cands
             for block, warps, stages, split, sync, rows in picked:
-                if sync >= 2:
+                if sync == 2:
                     yield build_smem((block, warps, stages, split, sync, rows), cpg, hw, dtype)
                     continue
                 if sync:

@@ -34,11 +34,6 @@ def test_shape_rules():
         err = cand.smem_shape_error(cfg, cpg, hw, item)
         assert err is not None and re.search(text, err), (cfg, err)
     assert cand.smem_shape_error((40960, 16, 1, 1, 2, 2), 10, 4096, 4) is None  # BLOCK = L / S
-    # two slots (SYNC 3): twice the shared memory per program
-    assert cand.smem_shape_error((0, 4, 8, 4, 2, 2), 10, 4096, 2) is None
-    err = cand.smem_shape_error((0, 4, 8, 4, 3, 2), 10, 4096, 2)
-    assert err and "in each of 2 slots needs 45056 B" in err
-    assert cand.smem_shape_error((0, 4, 4, 4, 3, 2), 10, 4096, 2) is None
 
 
 def test_candidates():
@@ -47,13 +42,12 @@ def test_candidates():
     form can run (smem_itemsize), after the two-pass ones, keeping the other forms' lists."""
     assert cand.smem_configs(10, 4096, 2, 132) == [
         (0, 16, 2, 1, 2, 2), (0, 16, 2, 1, 2, 1), (0, 16, 1, 1, 2, 2), (0, 8, 4, 2, 2, 2),
-        (0, 4, 8, 4, 2, 2),  # eight 4-warp programs per SM, 20 KiB tiles
-        (0, 4, 8, 8, 3, 1)]  # the same with two 10 KiB slots each
+        (0, 4, 8, 4, 2, 2)]  # last: eight 4-warp programs per SM, 20 KiB tiles
     # 160 KiB tiles; then 2S and 4S tiles: two 80 KiB or four 40 KiB programs per SM; eight
     # of 20 KiB
     assert cand.smem_configs(10, 16384, 2, 132) == [
         (0, 16, 1, 2, 2, 2), (0, 16, 1, 2, 2, 1), (0, 16, 2, 4, 2, 2), (0, 8, 4, 8, 2, 2),
-        (0, 4, 8, 16, 2, 2), (0, 4, 8, 32, 3, 1)]
+        (0, 4, 8, 16, 2, 2)]
     assert cand.smem_configs(10, 4096, 4, 132)[0] == (0, 16, 1, 1, 2, 2)  # fp32
     assert cand.smem_configs(10, 16384, 2, 1) == []  # S would exceed the SMs
     assert cand.smem_configs(3, 1000, 2, 132) == []
@@ -66,14 +60,14 @@ def test_candidates():
                             (10, 16384, 32)):
         without = tgm.configs(cpg, hw, groups, 132, 64)
         with_smem = tgm.configs(cpg, hw, groups, 132, 64, 2)
-        assert not any(c[4] >= 2 for c in without)
-        smem = [c for c in with_smem if c[4] >= 2]
+        assert not any(c[4] == 2 for c in without)
+        smem = [c for c in with_smem if c[4] == 2]
         assert smem == cand.smem_configs(cpg, hw, 2, 132)
-        assert [c for c in with_smem if c[4] < 2] == without  # nothing else cut
+        assert [c for c in with_smem if c[4] != 2] == without  # nothing else cut
         assert len(with_smem) <= tgm.MAX_CONFIGS
         last_two_pass = max(i for i, c in enumerate(with_smem) if c[3] == 0)
         assert with_smem.index(smem[0]) == last_two_pass + 1
-    assert not any(c[4] >= 2 for c in tgm.configs(2, 64, 8, 132, 64, 2))  # one tile: no loop
+    assert not any(c[4] == 2 for c in tgm.configs(2, 64, 8, 132, 64, 2))  # one tile: no loop
 
 
 def test_register_cap():
