@@ -35,7 +35,13 @@ More programs per SM on smaller tiles hide one program's waits behind the others
 30.4 us against two 16-warp ones on 80 KiB (S = 4) 32.4; eight 4-warp programs on 20 KiB
 tiles (S = 16) 28.7 against 30.7 and 32.2 in the same run; at 16x320x64x64 eight programs
 (S = 4) 28.2 against 29.4 for two whole-group programs. At 32x640x32x32 four programs on whole
-40 KiB groups stay ahead (26.9 against 29.1 for eight of S = 2). The exchange itself was not
+40 KiB groups stay ahead (26.9 against 29.1 for eight of S = 2). Two tile slots per program
+(the next tile read while one is summed, waits and is normalised; 072bfb2, reverted; runs
+...-tune-groupnorm-mish-slots-d41b, ...-groupnorm-mish-7d19) lost at every shape: at 128
+groups fp16 the best two-slot build (S = 16, four 4-warp programs per SM) took 32.3 us
+against 29.1 for eight one-slot programs on the same tiles, and 42.8 at S = 32 with eight per
+SM; one-slot tiles of 2 chunks (S = 40) took 47.1: the fixed chain of every tile (shift load,
+block sums, exchange) is what many small tiles pay. The exchange itself was not
 what the S > 1 tiles waited on: polling (value, epoch) words instead of counting in (runs
 ...-7532, ...-ac32) left every time within noise once one warp polled (every warp polling
 its own copy had cost 9-12 % at 128 groups).
