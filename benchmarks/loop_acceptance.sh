@@ -40,8 +40,6 @@
 #   fatmagrid experiments/tune/flash_fwd_tma_configs.yaml (8 forced TMA configs, causal and not)
 #   lgtma     experiments/tune/linear_gelu_tma_configs.yaml (7 forced TMA matmul configs)
 #   gngrid    experiments/tune/groupnorm_mish_configs.yaml (forced one-kernel and split configs)
-#   gnocc     experiments/tune/groupnorm_mish_occupancy.yaml (the shared-memory form at 8, 9, 10
-#             programs per SM)
 #   wsgrid    experiments/tune/flash_fwd_ws.yaml (TMA forward tiles with and without Triton's
 #             warp specialization, D=64 and 128, causal and not, vs cuDNN)
 # SEED_RUNS (space-separated run dirs, e.g. committed runs/examples/<id>) are copied into the
@@ -134,7 +132,6 @@ PY
     fatmagrid) run fatmagrid 200 experiments/tune/flash_fwd_tma_configs.yaml > /dev/null ;;
     lgtma) run lgtma 200 experiments/tune/linear_gelu_tma_configs.yaml > /dev/null ;;
     gngrid) run gngrid 200 experiments/tune/groupnorm_mish_configs.yaml > /dev/null ;;
-    gnocc) run gnocc 200 experiments/tune/groupnorm_mish_occupancy.yaml > /dev/null ;;
     wsgrid) run wsgrid 200 experiments/tune/flash_fwd_ws.yaml > /dev/null ;;
     pyc)
       p=$(mktemp -d)  # not the harness's own prefix: later steps must start as cold as before
@@ -167,7 +164,7 @@ for case, s_on in sorted(on["per_case_s"].items()):
     print(f"{case:72s} on {s_on:6.2f}  off {s_off:6.2f}  +{s_on - s_off:5.2f} s")
 PY
       ;;
-    *) echo "unknown step $step (flash, flash_aa, flash_again, worse, softmax, tune, bwd, bwd_again, bwdgrid, clockaa, pyc, srccost, fused_before, fused, fatma, fbtma, fatmagrid, lgtma, gngrid, gnocc, wsgrid, hprof, matmul, probe)"; exit 2 ;;
+    *) echo "unknown step $step (flash, flash_aa, flash_again, worse, softmax, tune, bwd, bwd_again, bwdgrid, clockaa, pyc, srccost, fused_before, fused, fatma, fbtma, fatmagrid, lgtma, gngrid, wsgrid, hprof, matmul, probe)"; exit 2 ;;
   esac
 done
 cat "$out/steps.txt"

@@ -28,12 +28,10 @@ SYNC_TILES = ((4096, 4), (8192, 4), (4096, 2), (8192, 8), (16384, 8))
 SMEM_FORMS = ((16, 2), (8, 4), (16, 1), (8, 2), (4, 2))
 SMEM_LIMIT = 232448  # bytes of shared memory a Hopper block may use (227 KiB)
 SMEM_SM = 233472  # bytes of shared memory of a Hopper SM (each block also reserves 1 KiB)
-# barriers and the block reductions' scratch (the sm_90 builds use 100-200 bytes beside the tile)
-SMEM_SLACK = 1024
-MAX_SMEM_PROGRAMS = 10  # programs per SM of the shared-memory form (STAGES)
-EIGHT = 8  # 4-warp programs per SM whose tile size sets the smallest-tile candidates
+SMEM_SLACK = 4096  # barriers and the block reductions' scratch
+MAX_SMEM_PROGRAMS = 8  # programs per SM of the shared-memory form (STAGES)
 MAX_BOX_ROWS = 256  # a TMA box's extent per dimension
-MAX_CONFIGS = 30
+MAX_CONFIGS = 28
 
 
 def flat_cols(warps: int, itemsize: int) -> int:
@@ -66,9 +64,9 @@ def smem_shape_error(cfg: tuple, cpg: int, hw: int, itemsize: int) -> str | None
     if rows < 1 or cr > MAX_BOX_ROWS or tile_elems % (cr * c):
         return (f"a tile of {tile_elems} elements is not whole chunks of ROWS={rows} x "
                 f"num_warps={warps} rows of {c} (a TMA box has at most {MAX_BOX_ROWS} rows)")
-    if not 1 <= stages <= MAX_SMEM_PROGRAMS or stages * warps > 64:
+    if not 1 <= stages <= MAX_SMEM_PROGRAMS or stages * warps > 32:
         return (f"STAGES (programs per SM) is 1 to {MAX_SMEM_PROGRAMS}, with STAGES x "
-                f"num_warps <= 64 (an SM's warps), got STAGES={stages} num_warps={warps}")
+                f"num_warps <= 32, got STAGES={stages} num_warps={warps}")
     need = tile_smem(tile_elems, itemsize)
     if need > SMEM_LIMIT or stages * (need + 1024) > SMEM_SM:
         return (f"a tile of {tile_elems} elements needs {need} B of shared memory per program, "
@@ -82,8 +80,7 @@ def smem_configs(cpg: int, hw: int, itemsize: int, sms: int) -> list[tuple]:
     16 warps, 4 of 8), in the first SMEM_FORMS chunking that cuts the tile into whole chunks,
     and in the next one; one program per SM; 2S and 4S tiles (a half and a quarter the
     size: more programs per SM, so that one waiting for its group's partials leaves others
-    to run); the largest tiles of which eight 4-warp programs fit an SM, and the same tiles
-    at 9 to MAX_SMEM_PROGRAMS programs per SM (their register share: 56, then 48 per thread)."""
+    to run); and the largest tiles of which eight 4-warp programs fit an SM."""
     def fitting(split: int, stages: int, warps: int) -> list[tuple]:
         return [cfg for cfg in ((0, w, stages, split, 2, r) for w, r in SMEM_FORMS if w == warps)
                 if smem_shape_error(cfg, cpg, hw, itemsize) is None]
@@ -91,8 +88,6 @@ def smem_configs(cpg: int, hw: int, itemsize: int, sms: int) -> list[tuple]:
     def most(split: int) -> list[tuple]:
         for stages in range(4, 0, -1):  # 8 programs of 4 warps: the candidate below
             for warps in (16, 8):
-                if stages * warps > 32:  # at least 64 registers per thread
-                    continue
                 cands = fitting(split, stages, warps)
                 if cands:
                     return cands
@@ -108,16 +103,12 @@ def smem_configs(cpg: int, hw: int, itemsize: int, sms: int) -> list[tuple]:
     for more in (2, 4):
         out += [c for c in (most(more * split)[:1] if more * split <= limit else [])
                 if c not in out]
-    # EIGHT programs of 4 warps per SM, in the largest tiles that fit; then more of them
+    # MAX_SMEM_PROGRAMS programs of 4 warps per SM, in the largest tiles that fit
     more = 1
     while more * split <= limit:
-        eight = fitting(more * split, EIGHT, 4)[:1]
+        eight = fitting(more * split, MAX_SMEM_PROGRAMS, 4)[:1]
         if eight:
             out += [c for c in eight if c not in out]
-            for stages in range(EIGHT + 1, MAX_SMEM_PROGRAMS + 1):
-                out += [(*eight[0][:2], stages, *eight[0][3:])][
-                    :smem_shape_error((*eight[0][:2], stages, *eight[0][3:]), cpg, hw,
-                                      itemsize) is None]
             break
         more *= 2
     return out
@@ -157,8 +148,8 @@ def configs(cpg: int, hw: int, groups: int = 0, sms: int = 1,
     only where the one-kernel form has fewer than SPLIT_BELOW programs per SM: chunks of whole
     channels of about SPLIT_CHUNKS elements, at least 2 per group, each in tiles of up to 8192
     elements (a chunk of several tiles also pipelined 2 deep; also with flat partials, ROWS 4).
-    Shared-memory form (SYNC 2, where it runs: `smem_itemsize` the element size, else 0): its
-    candidates (smem_configs), after the two-pass ones. At most MAX_CONFIGS in all."""
+    Shared-memory form (SYNC 2, where it runs: `smem_itemsize` the element size, else 0): up
+    to 4 candidates (smem_configs), after the two-pass ones. At most MAX_CONFIGS in all."""
     one = triton.next_power_of_2(cpg) * triton.next_power_of_2(hw)
     out = []
     if one <= MAX_ONE_TILE:  # no loop: nothing to pipeline
