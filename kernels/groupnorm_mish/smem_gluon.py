@@ -41,7 +41,11 @@ tiles (S = 16) 28.7 against 30.7 and 32.2 in the same run; at 16x320x64x64 eight
 groups fp16 the best two-slot build (S = 16, four 4-warp programs per SM) took 32.3 us
 against 29.1 for eight one-slot programs on the same tiles, and 42.8 at S = 32 with eight per
 SM; one-slot tiles of 2 chunks (S = 40) took 47.1: the fixed chain of every tile (shift load,
-block sums, exchange) is what many small tiles pay. The exchange itself was not
+block sums, exchange) is what many small tiles pay. Nine and ten 4-warp programs per SM on the
+eight-per-SM tiles (56 and 48 registers; c8780c9, reverted; runs
+...-tune-groupnorm-mish-occupancy-90b3, ...-groupnorm-mish-44f5) ran at 0.92-0.96x and 0.83-0.87x
+the speed of eight at the 80 MiB shapes (0.99-1.02x and 0.91-0.94x at batch 1): at nine, ncu
+at 128 groups says compute-bound (SM 60 %), at ten the spills add 14 MB of traffic. The exchange itself was not
 what the S > 1 tiles waited on: polling (value, epoch) words instead of counting in (runs
 ...-7532, ...-ac32) left every time within noise once one warp polled (every warp polling
 its own copy had cost 9-12 % at 128 groups).
