@@ -115,8 +115,9 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
             if not want(kname):
                 continue
             for rows, warps, per_sm, stages in pick(tln.configs(M, N, item, has_res=has_res)):
+                block, tail = tln.segments(N)
                 consts = {"HAS_RES": has_res, "STORE_STATS": False, "ROWS": rows,
-                          "BLOCK_N": triton.next_power_of_2(N)}
+                          "BLOCK_N": block, "TAIL": tail}
                 if per_sm:  # the persistent kernel; per_sm is launch-only
                     yield build(tln._ln_fwd_persistent, kname,
                                 f"N={N} ROWS={rows} w{warps} persistent STAGES={stages}",

@@ -5,7 +5,9 @@ residual add (used by kernels/add_layernorm).
     y = (h - mean(h)) * rstd(h) * w + b,   rstd = 1 / sqrt(var(h) + eps)
 
 Rows up to MAX_FUSED elements: a program normalises ROWS rows held entirely in registers
-(a [ROWS, BLOCK_N] tile) — one read and one write of every element, the minimum traffic. ROWS > 1
+(a [ROWS, BLOCK_N] tile) — one read and one write of every element, the minimum traffic. A
+width that is not a power of two is held as two power-of-two segments where that masks fewer
+lanes (`segments`: 5120 = 4096 + 1024 rather than 8192 with 3072 masked; `_ln_tile3`). ROWS > 1
 packs several short rows into one program so each still moves enough bytes. The statistics are
 exact two-pass ones (mean, then the mean of squared deviations) computed from registers in fp32.
 Either one program per row tile (`_ln_fwd_rows`, per_sm = 0), or `per_sm` programs per SM
@@ -73,37 +75,112 @@ def _ln_tile(x_ptr, r_ptr, h_ptr, y_ptr, mean_ptr, rstd_ptr, rows, cols, w, b,
 
 
 @triton.jit
+def _ln_load3(x_ptr, r_ptr, h_ptr, r3, cols, mask, x_stride, r_stride, h_stride,
+              HAS_RES: tl.constexpr):
+    """x (+ residual, h written) at rows r3 [ROWS, 1, 1] and columns `cols`, in fp32."""
+    # read ROWS x len(cols) of x
+    x = tl.load(x_ptr + r3 * x_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    if HAS_RES:
+        # read ROWS x len(cols) of residual
+        x += tl.load(r_ptr + r3 * r_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        # write ROWS x len(cols) of h = x + residual
+        tl.store(h_ptr + r3 * h_stride + cols, x.to(h_ptr.dtype.element_ty), mask=mask)
+    return x
+
+
+@triton.jit
+def _ln_weights3(w_ptr, b_ptr, N, BLOCK_N: tl.constexpr, TAIL: tl.constexpr):
+    """A row of two segments (`segments`) as 3-D tiles of one layout: the first BLOCK_N
+    columns [1, BLOCK_N // TAIL, TAIL], the TAIL after them [1, 1, TAIL] (masked past N), and
+    their w, b in fp32. (As [BLOCK_N] and [TAIL] vectors the two got different per-thread
+    vector widths, and the sm_90 build converted the first segment's x and y through shared
+    memory to the tail's narrower layout.)"""
+    k = tl.arange(0, TAIL)
+    cols = (tl.arange(0, BLOCK_N // TAIL)[:, None] * TAIL + k[None, :])[None, :, :]
+    tcols = (BLOCK_N + k)[None, None, :]
+    # read N of w and N of b (once per program; L2-resident across programs)
+    w = tl.load(w_ptr + cols).to(tl.float32)
+    b = tl.load(b_ptr + cols).to(tl.float32)
+    tw = tl.load(w_ptr + tcols, mask=tcols < N, other=0.0).to(tl.float32)
+    tb = tl.load(b_ptr + tcols, mask=tcols < N, other=0.0).to(tl.float32)
+    return cols, w, b, tcols, tw, tb
+
+
+@triton.jit
+def _ln_tile3(x_ptr, r_ptr, h_ptr, y_ptr, mean_ptr, rstd_ptr, rows, cols, w, b, tcols, tw, tb,
+              M, N, x_stride, r_stride, h_stride, y_stride, eps,
+              HAS_RES: tl.constexpr, STORE_STATS: tl.constexpr):
+    """_ln_tile for a row of two segments (_ln_weights3's tiles)."""
+    row_ok = rows < M
+    ok = row_ok[:, None, None]
+    tmask = ok & (tcols < N)
+    r3 = rows.to(tl.int64)[:, None, None]
+    x = _ln_load3(x_ptr, r_ptr, h_ptr, r3, cols, ok, x_stride, r_stride, h_stride, HAS_RES)
+    xt = _ln_load3(x_ptr, r_ptr, h_ptr, r3, tcols, tmask, x_stride, r_stride, h_stride,
+                   HAS_RES)
+    mean = (tl.sum(tl.sum(x, axis=2), axis=1) + tl.sum(tl.sum(xt, axis=2), axis=1)) / N
+    d = x - mean[:, None, None]
+    dt = tl.where(tmask, xt - mean[:, None, None], 0.0)
+    var = (tl.sum(tl.sum(d * d, axis=2), axis=1) + tl.sum(tl.sum(dt * dt, axis=2), axis=1)) / N
+    rstd = 1.0 / tl.sqrt(var + eps)
+    # write ROWS x N of y
+    tl.store(y_ptr + r3 * y_stride + cols,
+             (d * rstd[:, None, None] * w + b).to(y_ptr.dtype.element_ty), mask=ok)
+    tl.store(y_ptr + r3 * y_stride + tcols,
+             (dt * rstd[:, None, None] * tw + tb).to(y_ptr.dtype.element_ty), mask=tmask)
+    if STORE_STATS:
+        # write ROWS floats of mean and of rstd (for the backward)
+        tl.store(mean_ptr + rows, mean, mask=row_ok)
+        tl.store(rstd_ptr + rows, rstd, mask=row_ok)
+
+
+@triton.jit
 def _ln_fwd_rows(x_ptr, r_ptr, h_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr,
                  M, N, x_stride, r_stride, h_stride, y_stride, eps,
                  HAS_RES: tl.constexpr, STORE_STATS: tl.constexpr,
-                 ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
-    """One program per ROWS rows."""
-    cols = tl.arange(0, BLOCK_N)
-    # read N of w and N of b (once per program; L2-resident across programs)
-    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-    b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-    _ln_tile(x_ptr, r_ptr, h_ptr, y_ptr, mean_ptr, rstd_ptr,
-             tl.program_id(0) * ROWS + tl.arange(0, ROWS), cols, w, b, M, N, x_stride,
-             r_stride, h_stride, y_stride, eps, HAS_RES, STORE_STATS)
+                 ROWS: tl.constexpr, BLOCK_N: tl.constexpr, TAIL: tl.constexpr):
+    """One program per ROWS rows (TAIL > 0: of two segments, `segments`)."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    if TAIL > 0:
+        cols, w, b, tcols, tw, tb = _ln_weights3(w_ptr, b_ptr, N, BLOCK_N, TAIL)
+        _ln_tile3(x_ptr, r_ptr, h_ptr, y_ptr, mean_ptr, rstd_ptr, rows, cols, w, b, tcols,
+                  tw, tb, M, N, x_stride, r_stride, h_stride, y_stride, eps, HAS_RES,
+                  STORE_STATS)
+    else:
+        cols = tl.arange(0, BLOCK_N)
+        # read N of w and N of b (once per program; L2-resident across programs)
+        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+        b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+        _ln_tile(x_ptr, r_ptr, h_ptr, y_ptr, mean_ptr, rstd_ptr, rows, cols, w, b, M, N,
+                 x_stride, r_stride, h_stride, y_stride, eps, HAS_RES, STORE_STATS)
 
 
 @triton.jit
 def _ln_fwd_persistent(x_ptr, r_ptr, h_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr,
                        M, N, x_stride, r_stride, h_stride, y_stride, eps,
                        HAS_RES: tl.constexpr, STORE_STATS: tl.constexpr,
-                       ROWS: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
+                       ROWS: tl.constexpr, BLOCK_N: tl.constexpr, TAIL: tl.constexpr,
+                       STAGES: tl.constexpr):
     """A few programs per SM, each walking row tiles pid, pid + programs, ...; the walk is
     software-pipelined STAGES deep (the next tiles' rows copied into shared memory while this
-    one is reduced and stored)."""
-    cols = tl.arange(0, BLOCK_N)
-    # read N of w and N of b (once per program)
-    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-    b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-    for tile in tl.range(tl.program_id(0), tl.cdiv(M, ROWS), tl.num_programs(0),
-                         num_stages=STAGES):
-        _ln_tile(x_ptr, r_ptr, h_ptr, y_ptr, mean_ptr, rstd_ptr,
-                 tile * ROWS + tl.arange(0, ROWS), cols, w, b, M, N, x_stride, r_stride,
-                 h_stride, y_stride, eps, HAS_RES, STORE_STATS)
+    one is reduced and stored). TAIL > 0: rows of two segments (`segments`)."""
+    if TAIL > 0:
+        cols, w, b, tcols, tw, tb = _ln_weights3(w_ptr, b_ptr, N, BLOCK_N, TAIL)
+        for tile in tl.range(tl.program_id(0), tl.cdiv(M, ROWS), tl.num_programs(0),
+                             num_stages=STAGES):
+            _ln_tile3(x_ptr, r_ptr, h_ptr, y_ptr, mean_ptr, rstd_ptr,
+                      tile * ROWS + tl.arange(0, ROWS), cols, w, b, tcols, tw, tb, M, N,
+                      x_stride, r_stride, h_stride, y_stride, eps, HAS_RES, STORE_STATS)
+    else:
+        cols = tl.arange(0, BLOCK_N)
+        # read N of w and N of b (once per program)
+        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+        b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+        for tile in tl.range(tl.program_id(0), tl.cdiv(M, ROWS), tl.num_programs(0),
+                             num_stages=STAGES):
+            _ln_tile(x_ptr, r_ptr, h_ptr, y_ptr, mean_ptr, rstd_ptr,
+                     tile * ROWS + tl.arange(0, ROWS), cols, w, b, M, N, x_stride, r_stride,
+                     h_stride, y_stride, eps, HAS_RES, STORE_STATS)
 
 
 @triton.jit
@@ -156,6 +233,18 @@ def _ln_fwd_looped(x_ptr, r_ptr, h_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr,
         tl.store(rstd_ptr + row, rstd)
 
 
+def segments(N: int) -> tuple[int, int]:
+    """(BLOCK_N, TAIL) of a row of N elements held in registers: one power-of-two block
+    (TAIL 0), or, where that would mask more lanes, the largest power of two below N and the
+    next power of two of the rest (5120 = 4096 + 1024: no masked lane where an 8192 block
+    masks 3/8 of them, and with them 3/8 of a program's loads in flight)."""
+    block = triton.next_power_of_2(N)
+    tail = triton.next_power_of_2(N - block // 2) if block > N else block
+    if block // 2 + tail >= block:
+        return block, 0
+    return block // 2, tail
+
+
 def configs(M: int, N: int, itemsize: int, limit: int = 6,
             has_res: bool = False) -> list[tuple[int, int, int, int]]:
     """(ROWS, num_warps, per_sm, STAGES) candidates, best guess first (the interpreter uses
@@ -163,11 +252,12 @@ def configs(M: int, N: int, itemsize: int, limit: int = 6,
 
     One program per row tile (per_sm 0): programs of 2-32 KiB (ROWS = 1 always allowed) and
     1-4 16-byte vectors per thread, ranked by closeness to 16 KiB per program and 32 bytes per
-    thread, at most `limit`; then the best of them as a persistent kernel with PERSISTENT's
+    thread, at most `limit`; for a row of two segments, also one row on the most warps that
+    give the tail whole 16-byte vectors; then the best as a persistent kernel with PERSISTENT's
     (per_sm, STAGES) where its pipelined tiles (STAGES - 1 buffers of x, and of the residual)
     fit SMEM_BUDGET per SM.
     """
-    block = triton.next_power_of_2(N)
+    block = sum(segments(N))  # elements of a row tile in registers
     out = []
     for rows in (1, 2, 4, 8, 16):
         prog = rows * block * itemsize
@@ -185,6 +275,13 @@ def configs(M: int, N: int, itemsize: int, limit: int = 6,
         return abs(prog - 16384) / 16384 + abs(prog / (32 * warps) - 32) / 32
 
     best = sorted(out, key=score)[:limit]
+    tail = segments(N)[1]
+    # a row of two segments: one row on the most warps that still give the tail whole 16-byte
+    # vectors (with more warps the sm_90 build takes the tail's narrower layout for the
+    # whole tile, and the first segment's x and y go through shared memory to reach it)
+    warps = min(16, tail * itemsize // (32 * 16))
+    if warps and (1, warps) not in best and block * itemsize // (32 * warps) <= 128:
+        best.append((1, warps))
     rows, warps = best[0]
     tile_bytes = rows * block * itemsize * (2 if has_res else 1)
     persistent = [(rows, warps, per_sm, stages) for per_sm, stages in PERSISTENT
@@ -227,7 +324,7 @@ def layernorm_fwd(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, *,
         mean = rstd = y  # never touched (STORE_STATS is False)
     if M > 0 and N > 0:
         if N <= MAX_FUSED:
-            block = triton.next_power_of_2(N)
+            block, tail = segments(N)
 
             def launch(cfg):
                 rows, warps, per_sm, stages = cfg
@@ -238,12 +335,12 @@ def layernorm_fwd(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, *,
                         raise ValueError(f"config {cfg}: STAGES > 1 needs per_sm > 0")
                     _ln_fwd_rows[(triton.cdiv(M, rows),)](
                         *args, HAS_RES=has_res, STORE_STATS=stats, ROWS=rows, BLOCK_N=block,
-                        num_warps=warps)
+                        TAIL=tail, num_warps=warps)
                 else:
                     grid = min(sm_count(x.device) * per_sm, triton.cdiv(M, rows))
                     _ln_fwd_persistent[(grid,)](
                         *args, HAS_RES=has_res, STORE_STATS=stats, ROWS=rows, BLOCK_N=block,
-                        STAGES=stages, num_warps=warps)
+                        TAIL=tail, STAGES=stages, num_warps=warps)
 
             if config is None:
                 config = _tuner.pick(("rows", M, N, x.dtype, has_res, stats),

@@ -2,6 +2,7 @@
 the harness's tolerance rule, awkward shapes, forced launch configurations, broken impls."""
 import pytest
 import torch
+import triton
 import torch.nn.functional as F
 
 from harness.correctness import check
@@ -23,7 +24,8 @@ def _impl(fn, name="probe", accepts_out=True):
 # -- forward -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
-@pytest.mark.parametrize("M,N", [(1, 1), (1, 7), (5, 100), (33, 1000), (3, 2048)])
+@pytest.mark.parametrize("M,N", [(1, 1), (1, 7), (5, 100), (33, 1000), (3, 2048), (7, 80),
+                                 (9, 600), (4, 1280)])
 def test_forward(M, N, dtype):
     res = check(OP, OP.get_impl("triton"), _p(M, N), dtype, "cpu")
     assert res.correct, res.error
@@ -37,6 +39,31 @@ def test_forward_rows_per_program(config):
     impl = _impl(lambda x, w, b, out=None: tln.layernorm_fwd(x, w, b, out=out, config=config))
     res = check(OP, impl, _p(10, 300), "float16", "cpu")
     assert res.correct, res.error
+
+
+def test_row_segments():
+    """A width is one power-of-two block, or two segments (a power of two below N and the
+    next power of two of the rest) where those cover fewer lanes; every column covered."""
+    assert tln.segments(4096) == (4096, 0) and tln.segments(1) == (1, 0)
+    assert tln.segments(5120) == (4096, 1024)  # 8192 lanes would mask 3072
+    assert tln.segments(11008) == (8192, 4096)
+    assert tln.segments(1000) == (1024, 0) and tln.segments(100) == (128, 0)  # 512 + 512
+    for n in range(1, 2049):
+        block, tail = tln.segments(n)
+        assert block & (block - 1) == 0 and tail & (tail - 1) == 0
+        assert block + tail >= n and block + tail <= triton.next_power_of_2(n)
+        assert tail == 0 or (block < n and tail < block)
+
+
+@pytest.mark.parametrize("config", [(2, 4, 0, 1), (1, 2, 2, 2)])
+def test_forward_two_segments_with_residual(config):
+    """add_layernorm over two segments (5 x 2^k wide): h and y both right, rows and
+    persistent kernels."""
+    x, r = torch.randn(6, 320), torch.randn(6, 320)
+    w, b = torch.randn(320), torch.randn(320)
+    h, y = tln.layernorm_fwd(x, w, b, residual=r, config=config)
+    torch.testing.assert_close(h, x + r)
+    torch.testing.assert_close(y, F.layer_norm(x + r, (320,), w, b, 1e-5), atol=1e-5, rtol=1e-5)
 
 
 def test_forward_configs_are_sane():
