@@ -114,8 +114,8 @@ def builds(dtype: str, only: set[str] | None, quick: bool = False):
         for has_res, kname in ((False, "layernorm"), (True, "add_layernorm")):
             if not want(kname):
                 continue
+            block, tail = tln.segments(N)
             for rows, warps, per_sm, stages in pick(tln.configs(M, N, item, has_res=has_res)):
-                block, tail = tln.segments(N)
                 consts = {"HAS_RES": has_res, "STORE_STATS": False, "ROWS": rows,
                           "BLOCK_N": block, "TAIL": tail}
                 if per_sm:  # the persistent kernel; per_sm is launch-only

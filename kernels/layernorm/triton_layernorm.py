@@ -49,6 +49,22 @@ SMEM_BUDGET = 160 * 1024  # bytes per SM for the pipelined tiles (sm_90 has 228 
 
 
 @triton.jit
+def _ln_load(x_ptr, r_ptr, h_ptr, ro, cols, mask, x_stride, r_stride, h_stride,
+             HAS_RES: tl.constexpr):
+    """x (+ residual, h written) at rows `ro` and columns `cols` (broadcast to the tile's
+    shape), in fp32. _ln_tile keeps these lines inline: called through here, its sm_90 build
+    (the measured power-of-two kernels) came out different."""
+    # read ROWS x len(cols) of x
+    x = tl.load(x_ptr + ro * x_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    if HAS_RES:
+        # read ROWS x len(cols) of residual
+        x += tl.load(r_ptr + ro * r_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        # write ROWS x len(cols) of h = x + residual
+        tl.store(h_ptr + ro * h_stride + cols, x.to(h_ptr.dtype.element_ty), mask=mask)
+    return x
+
+
+@triton.jit
 def _ln_tile(x_ptr, r_ptr, h_ptr, y_ptr, mean_ptr, rstd_ptr, rows, cols, w, b,
              M, N, x_stride, r_stride, h_stride, y_stride, eps,
              HAS_RES: tl.constexpr, STORE_STATS: tl.constexpr):
@@ -79,20 +95,6 @@ def _ln_tile(x_ptr, r_ptr, h_ptr, y_ptr, mean_ptr, rstd_ptr, rows, cols, w, b,
 
 
 @triton.jit
-def _ln_load3(x_ptr, r_ptr, h_ptr, r3, cols, mask, x_stride, r_stride, h_stride,
-              HAS_RES: tl.constexpr):
-    """x (+ residual, h written) at rows r3 [ROWS, 1, 1] and columns `cols`, in fp32."""
-    # read ROWS x len(cols) of x
-    x = tl.load(x_ptr + r3 * x_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    if HAS_RES:
-        # read ROWS x len(cols) of residual
-        x += tl.load(r_ptr + r3 * r_stride + cols, mask=mask, other=0.0).to(tl.float32)
-        # write ROWS x len(cols) of h = x + residual
-        tl.store(h_ptr + r3 * h_stride + cols, x.to(h_ptr.dtype.element_ty), mask=mask)
-    return x
-
-
-@triton.jit
 def _ln_weights3(w_ptr, b_ptr, N, BLOCK_N: tl.constexpr, TAIL: tl.constexpr):
     """A row of two segments (`segments`) as 3-D tiles of one layout: the first BLOCK_N
     columns [1, BLOCK_N // TAIL, TAIL], the TAIL after them [1, 1, TAIL] (masked past N), and
@@ -119,9 +121,9 @@ def _ln_tile3(x_ptr, r_ptr, h_ptr, y_ptr, mean_ptr, rstd_ptr, rows, cols, w, b, 
     ok = row_ok[:, None, None]
     tmask = ok & (tcols < N)
     r3 = rows.to(tl.int64)[:, None, None]
-    x = _ln_load3(x_ptr, r_ptr, h_ptr, r3, cols, ok, x_stride, r_stride, h_stride, HAS_RES)
-    xt = _ln_load3(x_ptr, r_ptr, h_ptr, r3, tcols, tmask, x_stride, r_stride, h_stride,
-                   HAS_RES)
+    x = _ln_load(x_ptr, r_ptr, h_ptr, r3, cols, ok, x_stride, r_stride, h_stride, HAS_RES)
+    xt = _ln_load(x_ptr, r_ptr, h_ptr, r3, tcols, tmask, x_stride, r_stride, h_stride,
+                  HAS_RES)
     mean = (tl.sum(tl.sum(x, axis=2), axis=1) + tl.sum(tl.sum(xt, axis=2), axis=1)) / N
     d = x - mean[:, None, None]
     dt = tl.where(tmask, xt - mean[:, None, None], 0.0)
@@ -139,24 +141,44 @@ def _ln_tile3(x_ptr, r_ptr, h_ptr, y_ptr, mean_ptr, rstd_ptr, rows, cols, w, b, 
 
 
 @triton.jit
-def _ln_fwd_rows(x_ptr, r_ptr, h_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr,
-                 M, N, x_stride, r_stride, h_stride, y_stride, eps,
-                 HAS_RES: tl.constexpr, STORE_STATS: tl.constexpr,
-                 ROWS: tl.constexpr, BLOCK_N: tl.constexpr, TAIL: tl.constexpr):
-    """One program per ROWS rows (TAIL > 0: of two segments, `segments`)."""
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+def _ln_weights(w_ptr, b_ptr, N, BLOCK_N: tl.constexpr, TAIL: tl.constexpr):
+    """The row's columns and w, b in fp32: one [BLOCK_N] block (the tail's three are the
+    same, unused), or with TAIL > 0 _ln_weights3's two segments."""
     if TAIL > 0:
         cols, w, b, tcols, tw, tb = _ln_weights3(w_ptr, b_ptr, N, BLOCK_N, TAIL)
-        _ln_tile3(x_ptr, r_ptr, h_ptr, y_ptr, mean_ptr, rstd_ptr, rows, cols, w, b, tcols,
-                  tw, tb, M, N, x_stride, r_stride, h_stride, y_stride, eps, HAS_RES,
-                  STORE_STATS)
     else:
         cols = tl.arange(0, BLOCK_N)
         # read N of w and N of b (once per program; L2-resident across programs)
         w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
         b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+        tcols, tw, tb = cols, w, b
+    return cols, w, b, tcols, tw, tb
+
+
+@triton.jit
+def _ln_rows(x_ptr, r_ptr, h_ptr, y_ptr, mean_ptr, rstd_ptr, rows, cols, w, b, tcols, tw, tb,
+             M, N, x_stride, r_stride, h_stride, y_stride, eps,
+             HAS_RES: tl.constexpr, STORE_STATS: tl.constexpr, TAIL: tl.constexpr):
+    """_ln_tile, or _ln_tile3 for a row of two segments (_ln_weights's columns)."""
+    if TAIL > 0:
+        _ln_tile3(x_ptr, r_ptr, h_ptr, y_ptr, mean_ptr, rstd_ptr, rows, cols, w, b, tcols,
+                  tw, tb, M, N, x_stride, r_stride, h_stride, y_stride, eps, HAS_RES,
+                  STORE_STATS)
+    else:
         _ln_tile(x_ptr, r_ptr, h_ptr, y_ptr, mean_ptr, rstd_ptr, rows, cols, w, b, M, N,
                  x_stride, r_stride, h_stride, y_stride, eps, HAS_RES, STORE_STATS)
+
+
+@triton.jit
+def _ln_fwd_rows(x_ptr, r_ptr, h_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr,
+                 M, N, x_stride, r_stride, h_stride, y_stride, eps,
+                 HAS_RES: tl.constexpr, STORE_STATS: tl.constexpr,
+                 ROWS: tl.constexpr, BLOCK_N: tl.constexpr, TAIL: tl.constexpr):
+    """One program per ROWS rows (TAIL > 0: of two segments, `segments`)."""
+    cols, w, b, tcols, tw, tb = _ln_weights(w_ptr, b_ptr, N, BLOCK_N, TAIL)
+    _ln_rows(x_ptr, r_ptr, h_ptr, y_ptr, mean_ptr, rstd_ptr,
+             tl.program_id(0) * ROWS + tl.arange(0, ROWS), cols, w, b, tcols, tw, tb, M, N,
+             x_stride, r_stride, h_stride, y_stride, eps, HAS_RES, STORE_STATS, TAIL)
 
 
 @triton.jit
@@ -168,23 +190,12 @@ def _ln_fwd_persistent(x_ptr, r_ptr, h_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_
     """A few programs per SM, each walking row tiles pid, pid + programs, ...; the walk is
     software-pipelined STAGES deep (the next tiles' rows copied into shared memory while this
     one is reduced and stored). TAIL > 0: rows of two segments (`segments`)."""
-    if TAIL > 0:
-        cols, w, b, tcols, tw, tb = _ln_weights3(w_ptr, b_ptr, N, BLOCK_N, TAIL)
-        for tile in tl.range(tl.program_id(0), tl.cdiv(M, ROWS), tl.num_programs(0),
-                             num_stages=STAGES):
-            _ln_tile3(x_ptr, r_ptr, h_ptr, y_ptr, mean_ptr, rstd_ptr,
-                      tile * ROWS + tl.arange(0, ROWS), cols, w, b, tcols, tw, tb, M, N,
-                      x_stride, r_stride, h_stride, y_stride, eps, HAS_RES, STORE_STATS)
-    else:
-        cols = tl.arange(0, BLOCK_N)
-        # read N of w and N of b (once per program)
-        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-        b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-        for tile in tl.range(tl.program_id(0), tl.cdiv(M, ROWS), tl.num_programs(0),
-                             num_stages=STAGES):
-            _ln_tile(x_ptr, r_ptr, h_ptr, y_ptr, mean_ptr, rstd_ptr,
-                     tile * ROWS + tl.arange(0, ROWS), cols, w, b, M, N, x_stride, r_stride,
-                     h_stride, y_stride, eps, HAS_RES, STORE_STATS)
+    cols, w, b, tcols, tw, tb = _ln_weights(w_ptr, b_ptr, N, BLOCK_N, TAIL)
+    for tile in tl.range(tl.program_id(0), tl.cdiv(M, ROWS), tl.num_programs(0),
+                         num_stages=STAGES):
+        _ln_rows(x_ptr, r_ptr, h_ptr, y_ptr, mean_ptr, rstd_ptr,
+                 tile * ROWS + tl.arange(0, ROWS), cols, w, b, tcols, tw, tb, M, N, x_stride,
+                 r_stride, h_stride, y_stride, eps, HAS_RES, STORE_STATS, TAIL)
 
 
 @triton.jit
