@@ -16,15 +16,42 @@ import subprocess  # noqa: E402
 import pytest  # noqa: E402
 
 
+def shared_once(tmp_path_factory, name: str, make) -> Path:
+    """`make(folder)` once per test session, even across pytest-xdist's worker processes (a
+    lock in the temp folder they share): the folder, filled by whichever process came first."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # pytest-of-<user>/pytest-N/: shared by the workers of one session
+    folder = base / f"shared-{name}"
+    with FileLock(str(folder) + ".lock"):
+        done = folder / ".done"
+        if not done.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            make(folder)
+            done.touch()
+    return folder
+
+
+def cpu_smoke_run(tmp_path_factory, name: str, argv: list[str]) -> tuple[Path, str]:
+    """A real CPU run (`python -m harness run ARGV --device cpu`, Triton interpreter) made once
+    per session: (run_dir, its stdout)."""
+    def make(root: Path) -> None:
+        env = {**os.environ, "TRITON_INTERPRET": "1", "COLUMNS": "200"}
+        proc = subprocess.run([sys.executable, "-m", "harness", "run", *argv,
+                               "--store", str(root / "runs"), "--device", "cpu"], cwd=ROOT,
+                              env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        (root / "stdout.txt").write_text(proc.stdout)
+
+    root = shared_once(tmp_path_factory, name, make)
+    (run,) = [p for p in (root / "runs").iterdir() if (p / "manifest.json").exists()]
+    return run, (root / "stdout.txt").read_text()
+
+
 @pytest.fixture(scope="session")
 def cpu_flash_run(tmp_path_factory):
     """A real CPU run of experiments/flash.yaml (smoke sweep, Triton interpreter; the SDPA
     peers are skipped: they need a CUDA device). Returns (run_dir, the run's stdout)."""
-    root = tmp_path_factory.mktemp("cpu_flash")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "COLUMNS": "200"}
-    proc = subprocess.run([sys.executable, "-m", "harness", "run", "experiments/flash.yaml",
-                           "--store", str(root), "--device", "cpu"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    (run,) = [p for p in root.iterdir() if (p / "manifest.json").exists()]
-    return run, proc.stdout
+    return cpu_smoke_run(tmp_path_factory, "cpu_flash", ["experiments/flash.yaml"])

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install everything the tests need into the current Python environment, then run them.
+# Install everything the tests need into the current Python environment, then run them on every
+# core (pytest-xdist), printing the 15 slowest tests and the total.
 # torch is pinned to the CPU build that pip finds on this kind of machine: never a CUDA wheel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,4 +10,6 @@ if ! command -v chromium >/dev/null 2>&1; then   # Debian's chromium for the das
   if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null
   else sudo apt-get update -qq && sudo apt-get install -y -qq chromium >/dev/null; fi
 fi
-python -m pytest -q "$@"
+# -n: one test process per core (HARNESS_TEST_WORKERS=0 runs in this process);
+# --dist loadgroup: tests marked xdist_group share a process (see tests/conftest.py)
+python -m pytest -q -n "${HARNESS_TEST_WORKERS:-auto}" --dist loadgroup --durations=15 "$@"

@@ -46,7 +46,7 @@ def test_softmax_smoke_run_on_cpu(tmp_path):
     assert len(cases) == 6 and set(cases.status) == {"ok"}
     assert results.correct.all() and (results.clock == "cpu_wall").all()
     samples = store.load_samples(run)
-    assert samples.groupby("case_id").size().min() >= 3
+    assert samples.groupby("case_id").size().min() >= 2  # CPU: a warm-up call, then >= 2
     js = json.loads(harness("show", str(run), "--format", "json", check=True).stdout)
     assert js["run_id"] == run.name and len(js["cases"]) == 6
     assert all(c["correct"] for c in js["cases"])

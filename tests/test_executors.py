@@ -324,7 +324,7 @@ def test_ray_local_smoke_sweep_of_softmax_lands_a_normal_run(tmp_path):
     cases, results = store.load_cases(run), store.load_results(run)
     assert len(cases) == 6 and set(cases.status) == {"ok"} and results.correct.all()
     assert cases.host.notna().all()
-    assert store.load_samples(run).groupby("case_id").size().min() >= 3
+    assert store.load_samples(run).groupby("case_id").size().min() >= 2
     assert sorted(p.name for p in (run / "parts").iterdir()) == ["check.ray.jsonl",
                                                                   "time.ray.jsonl"]
 

@@ -215,7 +215,8 @@ def test_show_of_a_one_shape_grid_has_no_case_column(tmp_path):
 
     out = tmp_path / "runs"
     assert cli.main(["run", str(ROOT / "experiments/tune/flash_bwd_dq_grid.yaml"), "--smoke",
-                     "--device", "cpu", "--out", str(out), "--cases", "*dq-num_warps=4*"]) == 0
+                     "--device", "cpu", "--out", str(out), "--cases",
+                     "*dq-BLOCK_N=32~dq-num_warps=4~dq-num_stages=2*"]) == 0
     run = next(out.iterdir())
     buf = io.StringIO()
     show.render(run, Console(file=buf, width=230, highlight=False))

@@ -11,6 +11,7 @@ import json
 import pandas as pd
 import pytest
 from dash_helpers import APP, copy_run, make_corrupt_runs
+from example_runs import representative
 from streamlit.testing.v1 import AppTest
 
 from dashboard import data
@@ -119,14 +120,15 @@ def test_runs_page_lists_examples_beside_user_runs(monkeypatch, example_runs, fa
     assert len(at.dataframe[0].value) == n_softmax
 
 
-def test_every_example_renders_on_every_page(monkeypatch, user_store, example_runs):
-    """A fresh clone shows something real: each committed example, each page, no error."""
-    for run in example_runs:
-        at = _app(monkeypatch, user_store, run=run)
-        for name in PAGES:
-            _page(at, name)
-            assert not at.error, (run.name, name, _texts(at.error))
-        assert run.name in at.query_params["run"]
+@pytest.mark.parametrize("run", representative(), ids=lambda p: p.name)
+def test_examples_render_on_every_page(monkeypatch, user_store, run):
+    """A fresh clone shows something real: the newest example of each experiment (and the
+    runs tests name), each page, no error. That every example loads is test_examples_load's."""
+    at = _app(monkeypatch, user_store, run=run)
+    for name in PAGES:
+        _page(at, name)
+        assert not at.error, (run.name, name, _texts(at.error))
+    assert run.name in at.query_params["run"]
 
 
 @pytest.mark.parametrize("page, charts", [

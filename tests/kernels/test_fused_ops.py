@@ -58,15 +58,18 @@ def test_experiment_file(name):
 @pytest.mark.slow
 def test_cli_smoke_run_layernorm_bwd(tmp_path):
     """The whole pipeline on the CPU: spec -> worker passes (check, time) -> stored run; the
-    backward goes through the op's binder (autograd.grad of a forward done beforehand)."""
+    backward goes through the op's binder (autograd.grad of a forward done beforehand).
+    torch_compile is left out: Inductor's CPU backward build costs a minute, and the binder
+    is the same for every implementation (torch.compile runs in the flash smoke run)."""
     proc = subprocess.run(
         [sys.executable, "-m", "harness", "run", str(ROOT / "experiments" / "layernorm_bwd.yaml"),
-         "--store", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+         "--store", str(tmp_path), "--cases", "torch.*,triton.*"], cwd=ROOT,
+        capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     cases = store.load_cases(run_dir)
     results = store.load_results(run_dir)
-    assert len(cases) == 6 and set(cases.impl) == {"torch", "torch_compile", "triton"}
+    assert len(cases) == 4 and set(cases.impl) == {"torch", "triton"}
     merged = cases.merge(results, on="case_id")
     assert (merged.status == "ok").all(), merged[["case_id", "status", "error"]].to_string()
     assert merged.correct.astype(bool).all()
