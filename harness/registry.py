@@ -96,12 +96,24 @@ class Impl:
     expected_kernels: int | Callable[[Params], int] | None = None
     description: str = ""
     tuners: dict[str, Any] = field(default_factory=dict)  # prefix -> kernels._tuner.Tuner
+    _autotuned: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    def all_tuners(self) -> dict[str, Any]:
+        """prefix -> what chooses a launch config: the registered Tuners, then the
+        `triton.autotune` kernels reachable from `fn` (harness.autotune; found on first use,
+        once the kernels' modules are imported)."""
+        if self._autotuned is None:
+            from harness.autotune import autotuned_kernels
+
+            self._autotuned = autotuned_kernels(self.fn, taken=self.tuners,
+                                                module_wide=self.backend in ("triton", "library"))
+        return {**self.tuners, **self._autotuned}
 
     def tunables(self) -> dict[str, tuple[Any, str]]:
         """Tunable name -> (Tuner, field): `BLOCK_M` for the unprefixed Tuner, `dq.BLOCK_M` for
-        the one registered under prefix `dq`."""
+        the one registered under prefix `dq`; an autotuned kernel's configs likewise."""
         out = {}
-        for prefix, tuner in self.tuners.items():
+        for prefix, tuner in self.all_tuners().items():
             for f in tuner.fields:
                 out[f"{prefix}.{f}" if prefix else f] = (tuner, f)
         return out
