@@ -147,17 +147,18 @@ def _name(fn) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
 
 
-SKIP_PACKAGES = frozenset({"torch", "triton", "numpy", "harness", "kernels"}) | frozenset(
+SKIP_PACKAGES = frozenset({"torch", "triton", "numpy", "harness"}) | frozenset(
     getattr(sys, "stdlib_module_names", ()))
 WALK_LIMIT = 2000  # functions visited per impl (a guard; user code paths are far smaller)
 
 
 def referenced_kernels(fn) -> list[tuple[str, Any]]:
     """(name, wrapper) of the Triton kernels the impl function's code refers to: the globals,
-    closure cells and attributes of modules its code names, followed into the functions and
-    classes (their methods) they name in turn, across packages except torch, triton, numpy,
-    the harness and Python's own. Narrower than provenance.reachable (the whole module): a
-    torch impl beside a Triton kernel in one file refers to none."""
+    closure cells and attributes of modules its code names, followed into the functions,
+    classes (their methods), instances (their class) and tables (dict, list, tuple) they name
+    in turn, across packages except torch, triton, numpy, the harness and Python's own.
+    Narrower than provenance.reachable (the whole module): a torch impl beside a Triton kernel
+    in one file refers to none."""
     ki = _kernel_interface()
     if ki is None:
         return []
@@ -170,7 +171,7 @@ def referenced_kernels(fn) -> list[tuple[str, Any]]:
             getattr(obj, "__module__", None)
         return not isinstance(mod, str) or mod.split(".")[0] in SKIP_PACKAGES
 
-    def visit(obj, names: set[str]) -> None:
+    def visit(obj, names: set[str], depth: int = 0) -> None:
         if isinstance(obj, ki):
             inner = getattr(unwrap(obj), "fn", None)
             found.setdefault(id(obj), (getattr(inner, "__name__", None) or repr(obj), obj))
@@ -179,15 +180,22 @@ def referenced_kernels(fn) -> list[tuple[str, Any]]:
                 for n in names:
                     v = getattr(obj, n, None)
                     if v is not None and not isinstance(v, ModuleType):
-                        visit(v, set())
+                        visit(v, set(), depth + 1)
         elif isinstance(obj, functools.partial):
             stack.append(obj.func)
-        elif inspect.isclass(obj):
+        elif inspect.isclass(obj):  # its methods (an autograd.Function's forward, ...)
             if not skipped(obj):
                 for v in list(vars(obj).values()):
                     stack.append(getattr(v, "__func__", v))
-        elif callable(obj) and not skipped(obj):
-            stack.append(getattr(obj, "__func__", obj))
+        elif inspect.isfunction(obj) or inspect.ismethod(obj):
+            if not skipped(obj):
+                stack.append(getattr(obj, "__func__", obj))
+        elif isinstance(obj, (dict, list, tuple)):  # a table of kernels
+            if depth < 3:
+                for v in list(obj.values() if isinstance(obj, dict) else obj)[:256]:
+                    visit(v, set(), depth + 1)
+        elif not isinstance(obj, (str, bytes, int, float, bool)) and not skipped(type(obj)):
+            visit(type(obj), names, depth + 1)  # an instance of a user class: its methods
 
     while stack and len(seen) < WALK_LIMIT:
         f = stack.pop()
