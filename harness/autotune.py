@@ -3,8 +3,8 @@
 Most Triton kernels in the wild choose their launch config with `@triton.autotune(configs=[...],
 key=[...])`. Those configs become the impl's tunables, as a `Tuner`'s fields do:
 
-    the autotuned kernels reachable from the impl (provenance.reachable: its module and the
-    modules of its package that it uses; also behind `triton.heuristics`)
+    the autotuned kernels the impl's code refers to (referenced_kernels; also behind
+    `triton.heuristics`), else, for a triton/library impl, those of provenance.reachable
       -> AutotunedKernel "my_ops._swiglu_kernel": fields BLOCK_SIZE, num_warps, num_stages
          (every kwarg of its triton.Configs, then the launch options; num_ctas and maxnreg only
          where a config sets them), valid values: those its configs take
@@ -20,6 +20,8 @@ recording) changes the Autotuner objects for the duration of the block and puts 
             first call: the case fails with one line);
   CPU       (TRITON_INTERPRET=1) `configs` := the first config (or the first forced one): it
             runs, nothing is benchmarked (the autotuner's do_bench needs a GPU driver);
+  compile  (compile-ahead, harness.tuning.compile_only) every config launched once, so it is
+            compiled; none timed, nothing kept;
   GPU       nothing forced: the autotuner benchmarks as always and its own per-config timings
             (`_bench`: the median of do_bench, ms) are kept per key as the pick's evidence
             (harness.tuning.remember -> tuner_picks.json -> `harness picks RUN`); a pick made
@@ -54,6 +56,7 @@ from harness.provenance import _kernel_interface, reachable, unwrap
 LAUNCH = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 OPTIONAL = {"num_ctas": 1, "maxnreg": None}  # fields only where a config sets another value
 _MISSING = object()
+_DECLARED: dict[int, list] = {}  # id(autotuner) -> its own configs, while a block steers it
 
 
 def interpreted() -> bool:
@@ -80,7 +83,8 @@ class AutotunedKernel:
         self.name = name  # "<module>.<kernel>": its picks' name in the store and the log
         self.short = short  # the kernel's name: the tunables' prefix when several
         self.autotuner = autotuner
-        self.configs = list(autotuner.configs)  # as declared (steering replaces the attribute)
+        # as declared (a steered autotuner's attribute holds the configs of one case)
+        self.configs = list(_DECLARED.get(id(autotuner), autotuner.configs))
         kwargs = list(dict.fromkeys(k for c in self.configs for k in c.kwargs))
         launch = [k for k in LAUNCH if k not in OPTIONAL or any(
             getattr(c, k, OPTIONAL[k]) != OPTIONAL[k] for c in self.configs)]
@@ -118,7 +122,7 @@ class AutotunedKernel:
     def as_dict(self, cfg) -> dict[str, Any]:
         out = {}
         for f in self.fields:
-            v = cfg.kwargs.get(f, _MISSING) if f in cfg.kwargs else getattr(cfg, f, _MISSING)
+            v = cfg.kwargs[f] if f in cfg.kwargs else getattr(cfg, f, _MISSING)
             if v is not _MISSING and v is not None:
                 out[f] = v.item() if hasattr(v, "item") else v
         return out
@@ -296,6 +300,7 @@ class _Steer:
         self.timings: list[tuple[int, Any, Any, float]] = []  # (cache size, config, result, s)
         self.seeded: dict[Any, str] = {}  # key -> the source of the pick put in the cache
         self.pruned_ok = not self.fixed  # forced: the kernel's pruner is asked at the first call
+        self.compile_only = False  # a compile-ahead call launched the configs untimed
 
     def _set(self, attr: str, value) -> None:
         self.saved.setdefault(attr, self.at.__dict__.get(attr, _MISSING))
@@ -332,6 +337,7 @@ class _Steer:
 
     def __enter__(self):
         at = self.at
+        _DECLARED.setdefault(id(at), list(self.k.configs))
         configs = self.k.configs_for(self.fixed) if self.fixed else list(self.k.configs)
         if self.interp:
             configs = configs[:1]
@@ -344,6 +350,8 @@ class _Steer:
             orig_bench = at._bench
 
             def bench(*args, config, **meta):
+                if tuning.compiling_only():
+                    return self._launch_once(orig_bench, args, config, meta)
                 n, t0 = len(self.cache), time.perf_counter()
                 res = orig_bench(*args, config=config, **meta)
                 self.timings.append((n, config, res, time.perf_counter() - t0))
@@ -363,6 +371,20 @@ class _Steer:
         self._set("run", run)
         return self
 
+    def _launch_once(self, orig_bench, args, config, meta):
+        """Compile-ahead: the autotuner's `_bench` with a do_bench that launches the config
+        once (so it compiles) and times nothing; every config ties, the first is kept."""
+        self.compile_only = True
+        old = self.at.__dict__.get("do_bench", _MISSING)
+        self.at.do_bench = lambda kernel_call, quantiles=None, **_: (kernel_call(), [0.0] * 3)[1]
+        try:
+            return orig_bench(*args, config=config, **meta)
+        finally:
+            if old is _MISSING:
+                self.at.__dict__.pop("do_bench", None)
+            else:
+                self.at.do_bench = old
+
     def _check_prune(self, args, kwargs) -> None:
         prune = getattr(self.at, "early_config_prune", None)
         self.pruned_ok = True
@@ -375,10 +397,14 @@ class _Steer:
 
     def __exit__(self, exc_type, *exc) -> None:
         self._restore()
+        if "configs" in self.saved:
+            _DECLARED.pop(id(self.at), None)
         if exc_type is None:
             self._harvest()
 
     def _harvest(self) -> None:
+        if self.compile_only:  # nothing was timed: nothing to record or keep
+            return
         keys = list(self.cache)
         groups: dict[Any, list] = {}
         for n, cfg, res, secs in self.timings:

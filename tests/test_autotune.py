@@ -229,8 +229,12 @@ BENCHED = []  # BLOCK_SIZE of each config timed, in order
 CURRENT = [None]
 
 
+LAUNCHED = []
+
+
 def _launching(nargs):  # every config's pre_hook: which config is about to launch
     CURRENT[0] = nargs["BLOCK_SIZE"]
+    LAUNCHED.append(nargs["BLOCK_SIZE"])
 
 
 def bench(kernel_call, quantiles):
@@ -345,6 +349,15 @@ def test_forcing_some_fields_times_the_matching_configs_and_all_fields_runs_one(
     assert mod.BENCHED == [] and log.configs() == {
         "at_sim.double": {"BLOCK_SIZE": 64, "num_warps": 8, "num_stages": 3}}
     assert len(mod.double.configs) == 3 and mod.double.cache.keys() == set()
+
+
+def test_compile_ahead_launches_every_config_once_and_times_none(sim):
+    mod, impl, _ = sim
+    with tuning.recording() as log, autotune.steering(impl):  # as the worker's warm pass
+        with tuning.compile_only():
+            impl.fn(torch.randn(300))
+    assert mod.BENCHED == [] and mod.LAUNCHED == [64, 128, 256, 64]  # each, then the call
+    assert len(log) == 0 and tuning.take_new_picks() == {}
 
 
 def test_a_pruner_that_needs_the_arguments_rejects_a_forced_config_at_the_call(sim):
