@@ -149,7 +149,8 @@ def _check_names(impl, keys, where: str, tunable_impls: str) -> None:
 def _check_value(impl, key: str, v, field: str) -> None:
     tuner, f = impl.tunables()[key]
     valid = tuner.valid_values(f)
-    if isinstance(v, bool) or v not in valid:
+    bools = any(isinstance(x, bool) for x in valid)  # a flag (an autotune kwarg `EVEN: True`)
+    if isinstance(v, bool) != bools or v not in valid:
         raise SpecError(f"{field}: {v!r} is not a valid value of {key} for impl {impl.name!r} "
                         f"(valid: {', '.join(map(fmt_value, valid))})")
 
