@@ -461,3 +461,24 @@ def test_steering_changes_nothing_for_impls_without_autotuned_kernels():
     with autotune.steering(impl):
         pass
     assert list(impl.tunables()) == ["num_warps"]
+
+
+def test_a_flag_valued_config_kwarg_takes_true_and_false_only():
+    from types import SimpleNamespace
+
+    import triton
+
+    from harness.registry import Impl
+    from harness.variants import _check_value
+
+    at = SimpleNamespace(configs=[triton.Config({"BLOCK": 64, "EVEN": True}),
+                                  triton.Config({"BLOCK": 64, "EVEN": False})],
+                         cache={}, run=lambda *a, **k: None)
+    kernel = autotune.AutotunedKernel("m.k", "k", at)
+    impl = Impl("t", "op", lambda x: x, "triton", tuners={"": kernel})
+    assert kernel.valid_values("EVEN") == (False, True)
+    _check_value(impl, "EVEN", True, "f")
+    with pytest.raises(SpecError, match="1 is not a valid value of EVEN"):
+        _check_value(impl, "EVEN", 1, "f")
+    with pytest.raises(SpecError, match="True is not a valid value of BLOCK"):
+        _check_value(impl, "BLOCK", True, "f")
