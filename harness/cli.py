@@ -1,5 +1,5 @@
 """`python -m harness <verb>`: run, list, show, doctor, calibrate, import, compare, report,
-dashboard (and the internal `worker`). User errors print one line and exit 2."""
+picks, new-op, dashboard (and the internal `worker`). User errors print one line and exit 2."""
 from __future__ import annotations
 
 import argparse
@@ -198,6 +198,7 @@ VERB_MODULES = {
     "compare": "harness.analysis.compare_cli",
     "report": "harness.report",
     "picks": "harness.picks",
+    "new-op": "harness.newop",
     "dashboard": "dashboard.launch",
 }
 

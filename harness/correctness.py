@@ -191,3 +191,23 @@ def _result(ok: bool, f: dict, trials: int, seed: int, error: str | None) -> Cor
     return CorrectnessResult(ok, f.get("max_abs_err", math.nan), f.get("rel_err", math.nan),
                              f.get("tol", math.nan), f.get("torch_err", math.nan), trials, seed,
                              error)
+
+
+def check_impl(op: Op, impl_name: str, params, dtype_name: str = "float32",
+               device: str = "cpu", *, config: dict | None = None, trials: int = 2,
+               seed: int = 0, tol_factor: float = 2.0) -> CorrectnessResult:
+    """`check` of the registered impl `impl_name` as a worker runs it (for a kernel's own
+    tests): the tunables in `config` forced, its `triton.autotune` kernels steered (in the
+    interpreter: their first config, or the forced one, and no benchmarking)."""
+    from harness import tuning
+    from harness.autotune import steering
+
+    impl = op.get_impl(impl_name)
+    unknown = [k for k in (config or {}) if k not in impl.tunables()]
+    if unknown:
+        raise ValueError(f"config: {unknown[0]!r} is not a tunable of impl {impl_name!r} "
+                         f"(tunables: {', '.join(impl.tunables()) or '(none)'})")
+    p = params if isinstance(params, Params) else Params(params)
+    with tuning.forcing(impl.split_config(config or {})), steering(impl):
+        return check(op, impl, p, dtype_name, device, trials=trials, seed=seed,
+                     tol_factor=tol_factor)

@@ -1,9 +1,11 @@
-"""`harness picks RUN`: which launch configuration each Tuner picked in a run, and the timings
-the pick rests on.
+"""`harness picks RUN`: which launch configuration each Tuner (or `triton.autotune` kernel) picked
+in a run, and the timings the pick rests on.
 
 A timed pick is stored with its evidence (kernels/_tuner.py): every candidate's first-pass
 milliseconds (the median of L2-flushed launches), the finalists' scores (geometric mean of
-interleaved rounds) and, for a candidate that did not compile or run, its error. A pick that
+interleaved rounds) and, for a candidate that did not compile or run, its error. An autotuned
+kernel's pick carries the autotuner's own timings of each config (harness.autotune: the median
+of its do_bench), a config it timed as inf or pruned with an error. A pick that
 surprises — a case slower than a forced variant of another config in the same run — can be
 checked here: was the faster config a candidate, did it fail, how far apart were they?
 
@@ -22,7 +24,8 @@ from harness import store
 from harness.errors import HarnessError
 from harness.store_option import add_store_argument
 
-HELP = "the Tuners' launch-config picks of a run, with every candidate's timing or error"
+HELP = ("the Tuners' and autotuners' launch-config picks of a run, with every candidate's "
+        "timing or error")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -70,7 +73,7 @@ def main(a, console: Console) -> int:
         print(json.dumps(picks, indent=2, default=str))
         return 0
     if not picks:
-        console.print(f"{run_dir.name}: no Tuner picks stored (nothing was tuned on a GPU)")
+        console.print(f"{run_dir.name}: no picks stored (nothing was tuned or autotuned on a GPU)")
         return 0
     for tuner, by_key in sorted(picks.items()):
         for key, rec in sorted(by_key.items()):
@@ -90,6 +93,10 @@ def main(a, console: Console) -> int:
                           f"{c['final_ms'] * 1e3:.1f}" if "final_ms" in c else "",
                           f"{c['vs_pick']:.2f}" if c["vs_pick"] else "", c.get("error", ""))
             console.print(t)
-            console.print(f"  compile {ev.get('compile_s', 0):.1f} s, timing "
-                          f"{ev.get('timing_s', 0):.1f} s")
+            if "bench_s" in ev:  # a triton.autotune kernel's own timings (harness.autotune)
+                console.print(f"  timed by {ev.get('by', 'the autotuner')}: {ev['bench_s']:.1f} s "
+                              "(compile included)")
+            else:
+                console.print(f"  compile {ev.get('compile_s', 0):.1f} s, timing "
+                              f"{ev.get('timing_s', 0):.1f} s")
     return 0

@@ -11,7 +11,8 @@ launch-config picks (the check pass then times nothing it already timed).
         host with the same torch and triton, checked them with the same code
     inherit_picks(run_dir, op)            -> the previous run's id when its tuner_picks.json
         was copied in: same GPU model, driver, torch and triton, and every implementation the
-        two runs share has the same code_hash (one edited kernel: everything is tuned again)
+        two runs share has the same code_hash (one edited kernel: everything is tuned again);
+        `triton.autotune` picks are not copied (the autotuner chooses again)
 
 Why keep picks: candidates within a few percent of each other trade places between processes
 on an H200 (in a 280-case flash A/A pair the Tuner picked a different config for 8 cases, two
@@ -169,6 +170,12 @@ def inherit_picks(run_dir: Path, op) -> str | None:
     now = _hashes(op, {_registered_impl(r) for r in cases.itertuples()})
     shared = [i for i in now if i in old]
     if not shared or any(now[i] is None or old[i] != {now[i]} for i in shared):
+        return None
+    # a `triton.autotune` kernel chooses again in every run, as it does on its own (the since
+    # block then says when it chose differently); the Tuners' picks are kept
+    picks = {t: kept for t, by_key in picks.items()
+             if (kept := {k: r for k, r in by_key.items() if r.get("source") != "autotune"})}
+    if not picks:
         return None
     store.save_tuner_picks(run_dir, picks)
     return prev.name

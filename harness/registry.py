@@ -23,11 +23,13 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
-import traceback
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from harness.errors import RegistryError
+from harness.op_checks import import_error, op_problem
 
 BACKENDS = ("torch", "compile", "triton", "library")
 PRIMARY_METRICS = ("gbps", "tflops")
@@ -94,12 +96,24 @@ class Impl:
     expected_kernels: int | Callable[[Params], int] | None = None
     description: str = ""
     tuners: dict[str, Any] = field(default_factory=dict)  # prefix -> kernels._tuner.Tuner
+    _autotuned: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    def all_tuners(self) -> dict[str, Any]:
+        """prefix -> what chooses a launch config: the registered Tuners, then the
+        `triton.autotune` kernels reachable from `fn` (harness.autotune; found on first use,
+        once the kernels' modules are imported)."""
+        if self._autotuned is None:
+            from harness.autotune import autotuned_kernels
+
+            self._autotuned = autotuned_kernels(self.fn, taken=self.tuners,
+                                                module_wide=self.backend in ("triton", "library"))
+        return {**self.tuners, **self._autotuned}
 
     def tunables(self) -> dict[str, tuple[Any, str]]:
         """Tunable name -> (Tuner, field): `BLOCK_M` for the unprefixed Tuner, `dq.BLOCK_M` for
-        the one registered under prefix `dq`."""
+        the one registered under prefix `dq`; an autotuned kernel's configs likewise."""
         out = {}
-        for prefix, tuner in self.tuners.items():
+        for prefix, tuner in self.all_tuners().items():
             for f in tuner.fields:
                 out[f"{prefix}.{f}" if prefix else f] = (tuner, f)
         return out
@@ -128,6 +142,7 @@ def _required(name: str):
     def missing(*_a, **_k):
         raise NotImplementedError(f"op does not define {name}()")
 
+    missing.harness_missing = True
     return missing
 
 
@@ -288,11 +303,16 @@ class Op:
 class Registry:
     ops: dict[str, Op] = field(default_factory=dict)
     broken: dict[str, str] = field(default_factory=dict)  # package -> import error
+    origin: dict[str, str] = field(default_factory=dict)  # op name -> the module that added it
 
-    def add(self, op: Op) -> Op:
+    def add(self, op: Op, origin: str = "?") -> Op:
         if op.name in self.ops:
-            raise ValueError(f"op {op.name!r} registered twice")
+            if self.ops[op.name] is op:  # the same object found again (imported elsewhere)
+                return op
+            raise RegistryError(f"op {op.name!r} is registered twice: by "
+                                f"{self.origin.get(op.name, '?')} and by {origin}; rename one")
         self.ops[op.name] = op
+        self.origin[op.name] = origin
         return op
 
     def get_op(self, name: str) -> Op:
@@ -309,33 +329,84 @@ _REGISTRY: Registry | None = None
 
 
 def registry() -> Registry:
-    """The registry with every op under `kernels/` imported (once per process)."""
+    """The registry with every op under `kernels/` and in $HARNESS_OPS imported (once per
+    process). A broken $HARNESS_OPS module raises RegistryError (one line); a broken kernels/
+    folder is listed as broken and hides nothing else."""
     global _REGISTRY
     if _REGISTRY is None:
-        _REGISTRY = Registry()
-        _discover(_REGISTRY)
+        reg = Registry()
+        _discover(reg)
+        _REGISTRY = reg
     return _REGISTRY
 
 
 def _discover(reg: Registry) -> None:
     """Import every package under kernels/, then the modules named in $HARNESS_OPS
-    (comma-separated, e.g. ops that live outside this repository)."""
+    (comma-separated module names or paths of .py files, e.g. ops outside this repository)."""
     import kernels
 
-    names = [f"kernels.{m.name}" for m in sorted(pkgutil.iter_modules(kernels.__path__),
-                                                  key=lambda m: m.name)
-             if m.ispkg and not m.name.startswith("_")]
-    names += [n.strip() for n in os.environ.get("HARNESS_OPS", "").split(",") if n.strip()]
-    for name in names:
-        try:
-            module = importlib.import_module(name)
-        except Exception as exc:  # a broken kernel folder must not hide the others
-            last = traceback.format_exception_only(type(exc), exc)[-1].strip()
-            reg.broken[name.removeprefix("kernels.")] = last
+    for m in sorted(pkgutil.iter_modules(kernels.__path__), key=lambda m: m.name):
+        if not m.ispkg or m.name.startswith("_"):
             continue
-        op = getattr(module, "op", None)
-        if isinstance(op, Op):
-            reg.add(op)
+        try:
+            module = importlib.import_module(f"kernels.{m.name}")
+            ops = module_ops(module)
+            problem = next((p for op in ops for p in [op_problem(op)] if p), None)
+        except Exception as exc:  # a broken kernel folder must not hide the others
+            reg.broken[m.name] = import_error(exc)
+            continue
+        if problem:
+            reg.broken[m.name] = problem
+            continue
+        for op in ops:
+            reg.add(op, f"kernels/{m.name}")
+    for entry in [n.strip() for n in os.environ.get("HARNESS_OPS", "").split(",") if n.strip()]:
+        _add_user_module(reg, entry)
+
+
+def _add_user_module(reg: Registry, entry: str) -> None:
+    """Import one $HARNESS_OPS entry and add its ops; whatever is wrong with it is one line."""
+    where, name = f"HARNESS_OPS: {entry}", entry
+    if entry.endswith(".py") or "/" in entry or os.sep in entry:
+        path = Path(entry).expanduser()
+        if not path.is_file():
+            raise RegistryError(f"{where}: no such file")
+        folder = str(path.resolve().parent)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        name = path.stem
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != name:
+            raise RegistryError(f"{where}: module {name!r} failed to import: "
+                                f"{import_error(exc)}") from None
+        raise RegistryError(f"{where}: no module named {name!r} (put its folder on PYTHONPATH, "
+                            f"or give the path of its .py file)") from None
+    except Exception as exc:
+        raise RegistryError(f"{where}: module {name!r} failed to import: "
+                            f"{import_error(exc)}") from None
+    ops = module_ops(module)
+    if not ops:
+        raise RegistryError(f"{where}: module {name!r} registers no op (build one at module "
+                            f"level: op = Op(name, params=[...]); see harness.registry)")
+    for op in ops:
+        problem = op_problem(op)
+        if problem:
+            raise RegistryError(f"{where}: {problem}")
+        reg.add(op, f"module {name!r}")
+
+
+def module_ops(module) -> list[Op]:
+    """The module's `op`, or every Op at its top level (each object once)."""
+    op = getattr(module, "op", None)
+    if isinstance(op, Op):
+        return [op]
+    found: dict[int, Op] = {}
+    for v in list(vars(module).values()):
+        if isinstance(v, Op):
+            found.setdefault(id(v), v)
+    return list(found.values())
 
 
 def get_op(name: str) -> Op:

@@ -80,7 +80,7 @@ def tuner_prefixes(rows: list[dict]) -> dict[str, str]:
     out: dict[str, str] = {}
     for op_name, impl in {(r.get("op"), r.get("base_impl") or r.get("impl")) for r in rows}:
         try:
-            tuners = registry().get_op(op_name).impls[impl].tuners
+            tuners = registry().get_op(op_name).impls[impl].all_tuners()
         except Exception:  # an op or impl no longer registered: tuner names as recorded
             continue
         for prefix, t in tuners.items():

@@ -14,7 +14,7 @@ choice without timing again: `stored_pick` answers before a Tuner times anything
 
 config_source of a pick (SOURCES, strongest first; a case's source is the strongest of its
 picks): forced (the YAML fixed it, wholly or in part) | tuned (timed on the GPU) | autotune
-(a `triton.autotune` kernel's choice) | single (one candidate) | interpreter (the CPU
+(a `triton.autotune` kernel's choice: harness.autotune) | single (one candidate) | interpreter (the CPU
 interpreter's untimed default).
 """
 from __future__ import annotations
@@ -171,6 +171,12 @@ def load_picks(picks: dict[str, dict[str, dict]]) -> None:
 def stored_pick(tuner: str, key: Any) -> dict | None:
     """{"config": {field: value}, "source": ...} picked earlier for (tuner, key), or None."""
     return _STORED.get(tuner, {}).get(repr(key))
+
+
+def stored_picks(tuner: str) -> dict[str, dict]:
+    """{repr(key): {"config", "source", ...}} of every pick known for `tuner` (stored or
+    remembered in this process)."""
+    return dict(_STORED.get(tuner, {}))
 
 
 def remember(tuner: str, key: Any, config: dict, source: str,

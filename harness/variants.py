@@ -8,7 +8,8 @@
 
 A config names an impl's tunables (`harness list` shows them; `dq.BLOCK_M` for a kernel's second
 Tuner): all of a Tuner's fields force that launch configuration, some of them restrict the
-Tuner to its candidates with those values. Each candidate is an ordinary case impl: checked,
+Tuner to its candidates with those values. A `triton.autotune` kernel's configs are tunables the
+same way (harness.autotune): its triton.Config kwargs, num_warps and num_stages. Each candidate is an ordinary case impl: checked,
 timed, profiled, compared and reported by its name.
 
 Case ids (also NVTX range names and `--cases` targets) must stay free of `/ @ , : [ ] . + *`:
@@ -85,7 +86,7 @@ def candidates(exp) -> list[Candidate]:
 
 def validate(exp, op, source: str) -> None:
     valid_impls = ", ".join(sorted(op.impls))
-    tunable_impls = ", ".join(sorted(n for n, i in op.impls.items() if i.tuners)) or "(none)"
+    tunable_impls = ", ".join(sorted(n for n, i in op.impls.items() if i.tunables())) or "(none)"
     names: set[str] = set()
     for i, c in enumerate(exp.candidates):
         where = f"{source}: candidates[{i}]"
@@ -148,17 +149,19 @@ def _check_names(impl, keys, where: str, tunable_impls: str) -> None:
 def _check_value(impl, key: str, v, field: str) -> None:
     tuner, f = impl.tunables()[key]
     valid = tuner.valid_values(f)
-    if isinstance(v, bool) or v not in valid:
+    bools = any(isinstance(x, bool) for x in valid)  # a flag (an autotune kwarg `EVEN: True`)
+    if isinstance(v, bool) != bools or v not in valid:
         raise SpecError(f"{field}: {v!r} is not a valid value of {key} for impl {impl.name!r} "
                         f"(valid: {', '.join(map(fmt_value, valid))})")
 
 
 def _check_combination(impl, config: dict, where: str) -> None:
+    tuners = impl.all_tuners()
     for tuner_name, fields in impl.split_config(config).items():
-        tuner = next(t for t in impl.tuners.values() if t.name == tuner_name)
+        tuner = next(t for t in tuners.values() if t.name == tuner_name)
         broken = tuner.violated(fields)
         if broken:
-            prefix = next(p for p, t in impl.tuners.items() if t is tuner)
+            prefix = next(p for p, t in tuners.items() if t is tuner)
             shown = ", ".join(f"{(prefix + '.') if prefix else ''}{k}={fmt_value(v)}"
                               for k, v in fields.items())
             raise SpecError(f"{where}: {shown} breaks {broken} (invalid combination for impl "

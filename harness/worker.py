@@ -18,10 +18,11 @@ Passes
                   the on-disk kernel caches (Triton, Inductor), its records only say what it did
 
 Launch configurations (harness.tuning): a case of a configured candidate runs with its tunables
-forced; the Tuners' picks of every check/time call are logged and stored with the record
-(config, config_source), with the impl's code_hash and, on the GPU, the compiled kernels'
-registers/spills/shared memory (time pass, one extra call after the samples). Picks the Tuners
-time are persisted in the run dir (store.save_tuner_picks) and loaded by every later worker.
+forced (a Tuner's, or a `triton.autotune` kernel's: harness.autotune.steering); the picks of
+every check/time call are logged and stored with the record (config, config_source), with the
+impl's code_hash and, on the GPU, the compiled kernels' registers/spills/shared memory (time
+pass, one extra call after the samples). Picks the Tuners (and autotuners) time are persisted
+in the run dir (store.save_tuner_picks) and loaded by every later worker.
 """
 from __future__ import annotations
 
@@ -285,11 +286,12 @@ class Worker:
         if pass_name != "check" and prior and prior["status"] in ("error", "skipped", "timeout"):
             return {"status": "skipped", "error": f"check: {prior.get('error')}"}
         from harness import tuning
+        from harness.autotune import steering
 
         handler = getattr(self, f"do_{pass_name}")
         try:
             forced = impl.split_config(self.forced.get(case_id) or {})
-            with tuning.forcing(forced), tuning.recording() as log:
+            with tuning.forcing(forced), tuning.recording() as log, steering(impl):
                 rec = handler(impl, params, dtype, case_id)
         except Exception as exc:  # a failing kernel fails its case, not the run
             traceback.print_exc()

@@ -384,7 +384,7 @@ def compare_runs(base_dir, cand_dir, *, allow_incomparable: bool = False,
         time_rows.append(row)
         metric_rows.extend(metric_deltas(key, r["impl"], rb, rc))
     metrics = pd.DataFrame(metric_rows, columns=METRIC_COLUMNS)
-    from harness.analysis.since import evidence  # since builds on compare: import here
+    from harness.analysis.since import autotune_note, evidence  # since builds on compare
 
     for row in time_rows:  # what explains the pair (list): config, compiled, metrics, code
         row["evidence"] = evidence(row["key"], base_rows[row["base_case_id"]],
@@ -392,6 +392,9 @@ def compare_runs(base_dir, cand_dir, *, allow_incomparable: bool = False,
     time = pd.DataFrame(time_rows, columns=TIME_COLUMNS)
     cpu = mb.get("device") != "cuda" or mc.get("device") != "cuda"
     notes = [noise_note(floor)]
+    autotuned = autotune_note(time_rows, base_rows, cand_rows)
+    if autotuned:
+        notes.append(autotuned)
     if cpu:
         notes.append("CPU run(s): timings are interpreter/CPU wall-clock; these marks say "
                      "nothing about GPU speed")

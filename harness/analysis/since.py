@@ -237,6 +237,28 @@ def _v(v) -> str:
     return "-" if v is None else str(v)
 
 
+def autotune_note(rows: list[dict], base_rows: dict, cand_rows: dict, limit: int = 3
+                  ) -> str | None:
+    """`the autotuner chose differently than in the earlier run in 2 cases: triton N=4096 fp16
+    (config BLOCK_SIZE 1024 → 2048); …` for the pairs where a `triton.autotune` kernel picked
+    (config_source autotune on a side) another config; None where none did. Said whether or
+    not the time moved: an autotuner choosing anew each run is where run-to-run changes of
+    unchanged code come from."""
+    moved = []
+    for row in rows:
+        rb, rc = base_rows[row["base_case_id"]], cand_rows[row["cand_case_id"]]
+        if "autotune" not in (rb.get("config_source"), rc.get("config_source")):
+            continue
+        diff = config_diff(rb.get("config"), rc.get("config"))
+        if diff:
+            moved.append(f"{row['key']} ({diff})")
+    if not moved:
+        return None
+    return (f"the autotuner chose differently than in the earlier run in {len(moved)} "
+            f"case{'s' if len(moved) != 1 else ''}: {'; '.join(moved[:limit])}"
+            + (f" … and {len(moved) - limit} more" if len(moved) > limit else ""))
+
+
 def _kernels(v) -> list[dict] | None:
     """The `compiled` record as a list of per-kernel dicts; None when nothing was recorded
     (a CPU run records [])."""
