@@ -4,7 +4,7 @@ A run starts a dozen Python processes (compile-ahead, check, time, each profiler
 torch and most call torch.compile. Container images often set PYTHONDONTWRITEBYTECODE (the lent
 H200 image does, and ships no .pyc), so every one of those processes compiled the same ~2,000
 module sources to bytecode again: 4.6 s of torch.compile's first call per process on the H200
-(benchmarks/compile_probe.py profile). Where the environment forbids writing bytecode beside the
+(tools/device/compile_probe.py profile). Where the environment forbids writing bytecode beside the
 sources, the harness keeps it under a private prefix instead (PYTHONPYCACHEPREFIX), so only the
 first process on a machine pays. Nothing is written into site-packages; a user's own
 PYTHONPYCACHEPREFIX wins; HARNESS_PYCACHE=0 leaves the environment as it is.

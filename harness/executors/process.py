@@ -63,7 +63,7 @@ def worker_env(device: str, gpu: int | None = None) -> dict[str, str]:
                                         ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["PYTHONUNBUFFERED"] = "1"
     # Inductor compiles in-process: a worker compiles a few small graphs, and starting its
-    # pool of compile processes cost more than that in every worker (benchmarks/compile_probe.py)
+    # pool of compile processes cost more than that in every worker (tools/device/compile_probe.py)
     env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     # One Triton kernel cache for every worker, from its first compile to its last. Unset,
     # Triton uses ~/.triton/cache until the worker's first torch.compile kernel, whose

@@ -23,7 +23,7 @@ Structure of one program (BLOCK_M = 128 query rows of one head, grid (N / 128, B
 - PINGPONG (FA3's inter-warpgroup schedule, off by default): a pair of mbarriers hands the
   right to issue wgmmas from one consumer to the other each iteration, so one warpgroup's
   softmax runs while the other's matrix products do.
-First light on an H200 (benchmarks/gluon_fwd_check.py --quick: B=4 H=16 N=4096 fp16, TFLOP/s,
+First light on an H200 (tools/device/gluon_fwd_check.py --quick: B=4 H=16 N=4096 fp16, TFLOP/s,
 L2-flushed medians): D=128 non-causal, BLOCK_N 128, 2 stages: 610 plain, 669 with OVERLAP, 605
 with PINGPONG, 662 with both (cuDNN 654, the TMA kernel 523); causal 535 / 574 / 533 / 576
 (cuDNN 570); D=64 non-causal 425 / 445 / 426 / 433 (cuDNN 480). So OVERLAP is on and PINGPONG
@@ -63,7 +63,7 @@ CONSUMER_WARPS = 4
 # a consumer partition's (the kernel runs 2 x 4 + 4 warps: the producer's warp is rounded up
 # to a warpgroup), num_stages the K/V ring depth. Shared memory: Q 2 x 64 x D + STAGES x
 # BLOCK_N x D for K and for V, 16-bit: D=128, BLOCK_N=128: 160 KiB at 2 stages, 224 at 3.
-# On an H200 (benchmarks/gluon_fwd_check.py --quick, N=4096 fp16, this kernel) 64-row key tiles
+# On an H200 (tools/device/gluon_fwd_check.py --quick, N=4096 fp16, this kernel) 64-row key tiles
 # ran 0.84-0.91x the 128-row ones at D=128 and at D=64: not timed.
 GLUON_CONFIGS = {
     128: [(128, 128, 4, 2), (128, 128, 4, 3)],

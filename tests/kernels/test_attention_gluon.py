@@ -3,7 +3,7 @@ do not run in the CPU interpreter, so what CI checks is the plumbing (the forwar
 candidates and launches, the reasons it is unavailable, the config rule) and, in
 test_attention.py's sm_90 build, that the kernel compiles without spills. Its numerics are
 checked on the GPU by the harness's check pass (every triton_flash case of
-experiments/flash.yaml) and benchmarks/gluon_fwd_check.py."""
+experiments/flash.yaml) and tools/device/gluon_fwd_check.py."""
 from __future__ import annotations
 
 import pytest

@@ -4,7 +4,7 @@ and configs it takes, its candidates, the register cap that keeps a group's prog
 that it is refused on the CPU with its reason (a forced YAML config fails the case, not the
 run), and, in test_fused_ops.py's sm_90 build, that it compiles to TMA copies without spills.
 Its numerics are checked on the GPU by the harness's check pass and
-benchmarks/groupnorm_smem_check.py."""
+tools/device/groupnorm_smem_check.py."""
 import re
 
 import pytest

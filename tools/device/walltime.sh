@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The harness measuring itself: wall time of whole `harness run`s on the device, the runs kept.
 #   usage (device, repo root, after `source .devcarry/env.sh`):
-#     benchmarks/walltime.sh OUT_DIR LIMIT_S experiments/x.yaml [more run args]
+#     tools/device/walltime.sh OUT_DIR LIMIT_S experiments/x.yaml [more run args]
 # Writes OUT_DIR/<name>.log (the run's output + `time`) and the store under OUT_DIR/store.
 # COLD=1: fresh Triton and Inductor caches for this run (what a first run on a new machine pays),
 # kept under OUT_DIR/caches/<name>; CACHES=<name>: this run reuses that earlier run's caches.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Timing integrity when sharded (device, >= 2 GPUs of one model, repo root):
-#   benchmarks/shard_integrity.sh OUT_DIR experiments/softmax.yaml
+#   tools/device/shard_integrity.sh OUT_DIR experiments/softmax.yaml
 # Times the same experiment on GPU 0 twice (A/A: the between-run noise) and on GPU 1 once, with
 # the profiler passes off, then compares: GPU 0 vs GPU 1 must be no worse than GPU 0 vs GPU 0
 # (every case `same` or `ambiguous`, no significant `faster`/`slower` beyond the A/A pair's).

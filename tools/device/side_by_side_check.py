@@ -5,7 +5,7 @@ deals the passes onto two lanes that are the same card. What it checks is the pl
 lanes' processes, out dirs, exports, the merge and the manifest), not a speed-up: the two lanes
 share one GPU.
 
-    python3 benchmarks/side_by_side_check.py RUN_DIR     (device, after a complete GPU run)
+    python3 tools/device/side_by_side_check.py RUN_DIR     (device, after a complete GPU run)
 
 Prints the passes' states, walls and shards and the metric rows per source before and after.
 """

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The loop's acceptance runs on one GPU (device, repo root, after `source .devcarry/env.sh`):
-#   benchmarks/loop_acceptance.sh OUT_DIR STEPS [DEADLINE_S]
+#   tools/device/loop_acceptance.sh OUT_DIR STEPS [DEADLINE_S]
 # STEPS, comma-separated, run in this order into one store OUT_DIR/store:
 #   flash     experiments/flash.yaml, whole (wall time and per-pass split)
 #   flash_aa  flash.yaml again at N=4096 (all impls): an A/A pair with the first
@@ -30,7 +30,7 @@
 #             block pairs it with its fused_before run
 #   matmul    linear_gelu.yaml then mlp.yaml (the matmul forms; with SEED_RUNS, their since
 #             blocks pair them with the seeded runs)
-#   probe     benchmarks/compile_probe.py warmcache: compile-ahead's Tuner compiles, then the
+#   probe     tools/device/compile_probe.py warmcache: compile-ahead's Tuner compiles, then the
 #             check pass's, in fresh processes on one new Triton cache (OUT_DIR/probe.txt)
 #   fatma     experiments/flash_tma.yaml: triton_flash vs triton_flash_tma vs SDPA flash, cuDNN
 #   hprof     flash.yaml at N=4096 with --profile-harness and empty Triton/Inductor caches (as a
@@ -120,7 +120,7 @@ PY
       done ;;
     matmul) run linear_gelu 150 experiments/linear_gelu.yaml > /dev/null
             run mlp 150 experiments/mlp.yaml > /dev/null ;;
-    probe) timeout "$(left)" python3 benchmarks/compile_probe.py warmcache > "$out/probe.txt" 2>&1
+    probe) timeout "$(left)" python3 tools/device/compile_probe.py warmcache > "$out/probe.txt" 2>&1
            echo "probe: exit $?" >> "$out/steps.txt" ;;
     fatma) run fatma 240 experiments/flash_tma.yaml > /dev/null ;;
     hprof)

@@ -1,10 +1,10 @@
 """Where a worker's first seconds go (device): imports, and torch.compile's first graph in a
 fresh process, cold and warm on-disk caches, with and without Inductor's compile-worker pool.
 
-    python3 benchmarks/compile_probe.py           # prints one line per fresh process
-    python3 benchmarks/compile_probe.py profile   # where a warm-cache first call's seconds go
-    python3 benchmarks/compile_probe.py triton    # flash fwd configs: cold vs warm Triton cache
-    python3 benchmarks/compile_probe.py warmcache # compile-ahead's Tuner compile, then the
+    python3 tools/device/compile_probe.py           # prints one line per fresh process
+    python3 tools/device/compile_probe.py profile   # where a warm-cache first call's seconds go
+    python3 tools/device/compile_probe.py triton    # flash fwd configs: cold vs warm Triton cache
+    python3 tools/device/compile_probe.py warmcache # compile-ahead's Tuner compile, then the
                                                   # check's Tuner: seconds per kernel class
 
 Every profiler pass starts a new worker, so a one-time cost per process is paid three times

@@ -3,7 +3,7 @@ GPU: is each variant correct, and roughly how fast, before it is offered to the 
 not the measurement: the figures that count come from `python -m harness run
 experiments/flash.yaml` (the Tuner times the Gluon configs beside the TMA ones).
 
-    python3 benchmarks/gluon_fwd_check.py [--quick]          (device: sm_90)
+    python3 tools/device/gluon_fwd_check.py [--quick]          (device: sm_90)
 
 Per shape (16k tokens, H=16, as experiments/flash.yaml) and variant (OVERLAP x PINGPONG) x
 config: the largest |o - o_ref| (o_ref: SDPA's math backend in fp32 on the same inputs) next to

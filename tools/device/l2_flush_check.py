@@ -1,6 +1,6 @@
 """What the L2 flush before each timed sample does to the timing (device, repo root):
 
-    python3 benchmarks/l2_flush_check.py
+    python3 tools/device/l2_flush_check.py
 
 1. Memory-bound kernels (GroupNorm+Mish at three SD U-Net shapes and four launch configs, copies
    of 16 and 84 MB, the layernorm backward at 16384 x 1024) timed after three flushes of a

@@ -5,7 +5,7 @@ and prefetch; a last round with idle programs; fp16, bf16, fp32), and does an un
 back? A correctness probe; its speed is measured by `python -m harness run
 experiments/groupnorm_mish.yaml` (the Tuner times this form beside the others).
 
-    python3 benchmarks/groupnorm_smem_check.py          (device: sm_90; exit 1 on a mismatch)
+    python3 tools/device/groupnorm_smem_check.py          (device: sm_90; exit 1 on a mismatch)
 
 The reference is F.group_norm + F.mish in fp64 on the same inputs; a config passes when its
 largest error is within 2x that of torch (the same ops in the input dtype) or of the Triton

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One sweep on one GPU vs sharded over every GPU of the host (device, repo root, >= 2 GPUs):
-#   benchmarks/gpus_speedup.sh OUT_DIR experiments/flash.yaml
+#   tools/device/gpus_speedup.sh OUT_DIR experiments/flash.yaml
 # The GPU is calibrated into the store first, so neither run pays (or skips) it. Both runs cold
 # (fresh Triton/Inductor caches: each starts from the same state), into one store; then `compare`
 # of the one-GPU run (all cases on GPU 0) with the sharded run: for cases the shard put on GPU 1
