@@ -1,6 +1,6 @@
 """`harness doctor`: what this machine can do, and how to fix what it cannot.
 
-GPU and driver, torch/CUDA, the Triton backend (GPU or interpreter), nvtx, ncu (path, version,
+GPU and driver, torch/CUDA, the Triton backend (GPU or interpreter), nvtx, NVML, ncu (path, version,
 counter permission: ERR_NVGPUCTRPERM with NVIDIA's fix), nsys (path, version, whether its
 QdstrmImporter can load), the roofline calibration, and the store. CUDA is only touched in
 subprocesses. Exit code 1 when a check that a GPU run needs fails on a GPU machine.
@@ -84,6 +84,7 @@ def checks(out_root: str, probe_ncu: bool = True) -> list[tuple[str, bool | None
         rows.append(("nvtx", True, f"importable ({getattr(nvtx, '__file__', '')})"))
     except ImportError as exc:
         rows.append(("nvtx", False, f"{exc}: pip install nvtx"))
+    rows.append(_nvml_check(gpus))
     a = Ncu().availability()
     rows.append(("ncu", a.ok if has_gpu else (a.ok or None), a.detail))
     if a.ok and has_gpu and probe_ncu:
@@ -122,6 +123,26 @@ def checks(out_root: str, probe_ncu: bool = True) -> list[tuple[str, bool | None
     except OSError as exc:
         rows.append(("store", False, f"{root}: {exc}"))
     return rows
+
+
+def _nvml_check(gpus: list) -> tuple[str, bool | None, str]:
+    """NVML through nvidia-ml-py: the SM clock and temperature of every case in-process
+    (nvidia-smi per case without it: slower, not wrong, so never a failure)."""
+    from harness import nvml
+
+    try:
+        import pynvml
+    except ImportError:
+        return ("NVML", None, "nvidia-ml-py not installed: GPU state read by nvidia-smi per case "
+                              "(pip install nvidia-ml-py)")
+    if not gpus:
+        return ("NVML", None, f"nvidia-ml-py importable ({pynvml.__name__}); no GPU to read")
+    state = nvml.gpu_state(0)
+    if state is None:
+        return ("NVML", None, "nvidia-ml-py cannot read GPU 0 (driver library?): nvidia-smi per "
+                              "case instead")
+    return ("NVML", True, f"{state['gpu_name']}: SM clock {state['sm_clock_mhz']:.0f} MHz, "
+                          f"{state['gpu_temp_c']:.0f} C")
 
 
 def _importer_check(nsys_exe: str) -> tuple[str, bool, str]:

@@ -1,98 +1,90 @@
-"""A GPU's state (name, SM/memory clocks, temperature) read in-process through NVML.
+"""A GPU's state (name, SM/memory clocks, temperature) read in-process through NVML, with
+NVIDIA's own binding (`nvidia-ml-py`, imported as `pynvml`).
 
 The worker records this for every check/time case. nvidia-smi costs a process start per
 reading (tens of ms; 20 s over a 280-case sweep of two passes); NVML, the library nvidia-smi
 itself reads, answers in microseconds. NVML is not CUDA: it is safe in a worker wrapped by ncu.
 NVML numbers GPUs in PCI bus order, as nvidia-smi and CUDA_DEVICE_ORDER=PCI_BUS_ID do.
-`gpu_state` returns None where NVML cannot be loaded or answers an error; callers fall back
-to nvidia-smi.
+`gpu_state` and `sm_clock` return None where the binding is not installed, the driver's
+library cannot be loaded, or NVML answers an error; callers fall back to nvidia-smi.
 """
 from __future__ import annotations
 
-import ctypes
+import importlib
+from types import ModuleType
+from typing import Callable
 
-NVML_SUCCESS = 0
-NVML_CLOCK_SM = 1
-NVML_CLOCK_MEM = 2
-NVML_TEMPERATURE_GPU = 0
-NAME_LEN = 96
-
-_lib = None  # the loaded library, False once loading failed
-_handles: dict[int, ctypes.c_void_p] = {}
+_nvml: ModuleType | None | bool = None  # the initialised binding, False once it failed
+_handles: dict[int, object] = {}
 
 
-def _load(loader=ctypes.CDLL):
-    global _lib
-    if _lib is None:
+def _import() -> ModuleType:
+    return importlib.import_module("pynvml")
+
+
+def _load(loader: Callable[[], ModuleType] = _import):
+    """The binding, initialised once per process; None where it cannot be."""
+    global _nvml
+    if _nvml is None:
         try:
-            lib = loader("libnvidia-ml.so.1")
-            if lib.nvmlInit_v2() != NVML_SUCCESS:
-                raise OSError("nvmlInit_v2 failed")
-            _lib = lib
-        except (OSError, AttributeError):
-            _lib = False
-    return _lib or None
+            mod = loader()
+            mod.nvmlInit()
+            _nvml = mod
+        except Exception:  # ImportError, NVMLError_LibraryNotFound / _DriverNotLoaded, ...
+            _nvml = False
+    return _nvml or None
 
 
-def gpu_state(index: int, loader=ctypes.CDLL) -> dict | None:
+def gpu_state(index: int, loader: Callable[[], ModuleType] = _import) -> dict | None:
     """{gpu_name, sm_clock_mhz, mem_clock_mhz, gpu_temp_c} of GPU `index`, or None."""
-    lib = _load(loader)
-    if lib is None:
-        return None
-    handle = _handle(lib, index)
+    nv = _load(loader)
+    handle = _handle(nv, index) if nv is not None else None
     if handle is None:
         return None
     try:
-        name = ctypes.create_string_buffer(NAME_LEN)
-        if lib.nvmlDeviceGetName(handle, name, ctypes.c_uint(NAME_LEN)) != NVML_SUCCESS:
-            return None
-        out = {"gpu_name": name.value.decode(errors="replace"),
-               "sm_clock_mhz": _clock(lib, handle, NVML_CLOCK_SM),
-               "mem_clock_mhz": _clock(lib, handle, NVML_CLOCK_MEM)}
-        temp = ctypes.c_uint()
-        ok = lib.nvmlDeviceGetTemperature(handle, ctypes.c_int(NVML_TEMPERATURE_GPU),
-                                          ctypes.byref(temp))
-        out["gpu_temp_c"] = float(temp.value) if ok == NVML_SUCCESS else None
-        return out
-    except (OSError, AttributeError, ValueError):
+        name = nv.nvmlDeviceGetName(handle)
+    except nv.NVMLError:
         return None
+    if isinstance(name, bytes):  # older bindings return bytes
+        name = name.decode(errors="replace")
+    out = {"gpu_name": name, "sm_clock_mhz": _clock(nv, handle, nv.NVML_CLOCK_SM),
+           "mem_clock_mhz": _clock(nv, handle, nv.NVML_CLOCK_MEM)}
+    try:
+        out["gpu_temp_c"] = float(nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU))
+    except nv.NVMLError:
+        out["gpu_temp_c"] = None
+    return out
 
 
-def sm_clock(index: int, loader=ctypes.CDLL) -> float | None:
+def sm_clock(index: int, loader: Callable[[], ModuleType] = _import) -> float | None:
     """The SM clock of GPU `index` now (MHz), or None: read while a batch of timed samples
     runs (harness.timing's clock_probe)."""
-    lib = _load(loader)
-    handle = _handle(lib, index) if lib is not None else None
+    nv = _load(loader)
+    handle = _handle(nv, index) if nv is not None else None
     if handle is None:
         return None
+    return _clock(nv, handle, nv.NVML_CLOCK_SM) or None
+
+
+def _clock(nv, handle, which) -> float | None:
+    """One clock of a GPU in MHz (NVML_CLOCK_SM / NVML_CLOCK_MEM), None when NVML says no."""
     try:
-        return _clock(lib, handle, NVML_CLOCK_SM) or None
-    except (OSError, AttributeError, ValueError):
+        return float(nv.nvmlDeviceGetClockInfo(handle, which))
+    except nv.NVMLError:
         return None
 
 
-def _clock(lib, handle, which: int) -> float | None:
-    """One clock of a GPU in MHz (NVML_CLOCK_SM / NVML_CLOCK_MEM), None when NVML says no."""
-    val = ctypes.c_uint()
-    ok = lib.nvmlDeviceGetClockInfo(handle, ctypes.c_int(which), ctypes.byref(val))
-    return float(val.value) if ok == NVML_SUCCESS else None
-
-
-def _handle(lib, index: int):
+def _handle(nv, index: int):
     if index not in _handles:
-        handle = ctypes.c_void_p()
         try:
-            ok = lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(handle))
-        except (OSError, AttributeError, ValueError):
+            _handles[index] = nv.nvmlDeviceGetHandleByIndex(index)
+        except nv.NVMLError:
             return None
-        if ok != NVML_SUCCESS:
-            return None
-        _handles[index] = handle
     return _handles[index]
 
 
 def reset() -> None:
-    """Forget the loaded library and handles (tests)."""
-    global _lib
-    _lib = None
+    """Forget the loaded binding and handles (tests)."""
+    global _nvml
+    _nvml = None
     _handles.clear()

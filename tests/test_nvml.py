@@ -1,41 +1,50 @@
 """harness.nvml: the in-process GPU state reader the worker uses instead of one nvidia-smi per
-case. The library is faked at the ctypes boundary (this machine has no NVIDIA driver)."""
-import ctypes
-
+case, through NVIDIA's binding (nvidia-ml-py's `pynvml`). The binding is faked at its module
+boundary (this machine has no NVIDIA driver); that the real one is importable and says so
+without a driver is checked too."""
 import pytest
 
 from harness import nvml, worker
 
 
-class FakeNvml:
-    """The five NVML entry points the reader calls, writing through the byref pointers."""
+class NVMLError(Exception):
+    pass
 
-    def __init__(self, init_rc=0, clock_rc=0, gpus=("NVIDIA H200", "NVIDIA H200")):
-        self.init_rc, self.clock_rc, self.gpus = init_rc, clock_rc, gpus
+
+class FakeNvml:
+    """The pynvml calls the reader makes: handles, name, clocks, temperature; errors raise
+    NVMLError as the binding does."""
+    NVMLError = NVMLError
+    NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
+
+    def __init__(self, init_ok=True, clock_ok=True, gpus=("NVIDIA H200", "NVIDIA H200"),
+                 name_bytes=False):
+        self.init_ok, self.clock_ok, self.gpus = init_ok, clock_ok, gpus
+        self.name_bytes = name_bytes
         self.inits = 0
 
-    def nvmlInit_v2(self):
+    def nvmlInit(self):
         self.inits += 1
-        return self.init_rc
+        if not self.init_ok:
+            raise NVMLError("Driver Not Loaded")
 
-    def nvmlDeviceGetHandleByIndex_v2(self, index, handle_ref):
-        if index.value >= len(self.gpus):
-            return 2  # NVML_ERROR_INVALID_ARGUMENT
-        handle_ref._obj.value = 1000 + index.value
-        return 0
+    def nvmlDeviceGetHandleByIndex(self, index):
+        if index >= len(self.gpus):
+            raise NVMLError("Invalid Argument")
+        return ("handle", index)
 
-    def nvmlDeviceGetName(self, handle, buf, length):
-        name = self.gpus[handle.value - 1000].encode()
-        ctypes.memmove(buf, name, len(name))
-        return 0
+    def nvmlDeviceGetName(self, handle):
+        name = self.gpus[handle[1]]
+        return name.encode() if self.name_bytes else name
 
-    def nvmlDeviceGetClockInfo(self, handle, clock, val_ref):
-        val_ref._obj.value = {nvml.NVML_CLOCK_SM: 1980, nvml.NVML_CLOCK_MEM: 3201}[clock.value]
-        return self.clock_rc
+    def nvmlDeviceGetClockInfo(self, handle, clock):
+        if not self.clock_ok:
+            raise NVMLError("Not Supported")
+        return {self.NVML_CLOCK_SM: 1980, self.NVML_CLOCK_MEM: 3201}[clock]
 
-    def nvmlDeviceGetTemperature(self, handle, sensor, val_ref):
-        val_ref._obj.value = 41 + handle.value - 1000
-        return 0
+    def nvmlDeviceGetTemperature(self, handle, sensor):
+        assert sensor == self.NVML_TEMPERATURE_GPU
+        return 41 + handle[1]
 
 
 @pytest.fixture(autouse=True)
@@ -47,27 +56,34 @@ def _fresh():
 
 def test_reads_name_clocks_and_temperature_of_the_asked_gpu():
     lib = FakeNvml()
-    assert nvml.gpu_state(1, loader=lambda name: lib) == {
+    assert nvml.gpu_state(1, loader=lambda: lib) == {
         "gpu_name": "NVIDIA H200", "sm_clock_mhz": 1980.0, "mem_clock_mhz": 3201.0,
         "gpu_temp_c": 42.0}
-    nvml.gpu_state(0, loader=lambda name: lib)
+    nvml.gpu_state(0, loader=lambda: lib)
     assert lib.inits == 1  # initialised once per process
+    nvml.reset()
+    old = FakeNvml(name_bytes=True)  # bindings before 11.5 return the name as bytes
+    assert nvml.gpu_state(0, loader=lambda: old)["gpu_name"] == "NVIDIA H200"
 
 
 def test_a_failing_query_is_none_not_a_wrong_number():
-    lib = FakeNvml(clock_rc=3)
-    state = nvml.gpu_state(0, loader=lambda name: lib)
+    lib = FakeNvml(clock_ok=False)
+    state = nvml.gpu_state(0, loader=lambda: lib)
     assert state["sm_clock_mhz"] is None and state["gpu_temp_c"] == 41.0
-    assert nvml.gpu_state(5, loader=lambda name: lib) is None  # no such GPU
+    assert nvml.gpu_state(5, loader=lambda: lib) is None  # no such GPU
 
 
-def test_no_library_or_failed_init_is_none():
-    def missing(name):
-        raise OSError(f"{name}: cannot open shared object file")
+def test_no_binding_no_driver_or_failed_init_is_none():
+    def missing():
+        raise ImportError("No module named 'pynvml'")
 
     assert nvml.gpu_state(0, loader=missing) is None
     nvml.reset()
-    assert nvml.gpu_state(0, loader=lambda name: FakeNvml(init_rc=9)) is None
+    assert nvml.gpu_state(0, loader=lambda: FakeNvml(init_ok=False)) is None
+    nvml.reset()
+    # the real binding on this GPU-less machine: importable, and no driver -> None
+    pytest.importorskip("pynvml")
+    assert nvml.gpu_state(0) is None and nvml.sm_clock(0) is None
 
 
 def test_worker_falls_back_to_nvidia_smi_without_nvml(monkeypatch):
@@ -97,14 +113,14 @@ def test_worker_prefers_nvml(monkeypatch):
 
 def test_sm_clock_is_the_reading_of_the_asked_gpu_or_none():
     lib = FakeNvml()
-    assert nvml.sm_clock(1, loader=lambda name: lib) == 1980.0
-    assert nvml.sm_clock(5, loader=lambda name: lib) is None  # no such GPU
+    assert nvml.sm_clock(1, loader=lambda: lib) == 1980.0
+    assert nvml.sm_clock(5, loader=lambda: lib) is None  # no such GPU
     nvml.reset()
-    assert nvml.sm_clock(0, loader=lambda name: FakeNvml(clock_rc=3)) is None
+    assert nvml.sm_clock(0, loader=lambda: FakeNvml(clock_ok=False)) is None
     nvml.reset()
 
-    def missing(name):
-        raise OSError("libnvidia-ml.so.1: cannot open shared object file")
+    def missing():
+        raise ImportError("No module named 'pynvml'")
     assert nvml.sm_clock(0, loader=missing) is None
 
 
