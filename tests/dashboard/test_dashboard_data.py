@@ -105,7 +105,7 @@ def test_moved_metrics_keeps_stall_changes():
 
 def test_launch_command_binds_localhost(tmp_path):
     argv = launch.command([str(tmp_path)], 8600)
-    assert argv[1:4] == ["-m", "streamlit", "run"] and argv[4] == str(launch.APP)
+    assert argv[1:3] == [str(launch.SERVE), "run"] and argv[3] == str(launch.APP)
     i = argv.index("--server.address")
     assert argv[i + 1] == "127.0.0.1"
     assert argv[argv.index("--server.port") + 1] == "8600"
