@@ -1,7 +1,7 @@
 """`python -m harness dashboard`: serve the dashboard on 127.0.0.1 over the store.
 
 Starts `streamlit run dashboard/app.py` (through dashboard/serve.py, which imports the pages'
-modules while the server starts) as a subprocess (argument list), passing the store roots
+modules and reads the runs table while a browser loads the app) as a subprocess (argument list), passing the store roots
 after `--` (the app also reads them from $KERNEL_LAB_STORES), prints the URL, and waits.
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ def _check_port(port: int) -> None:
 
 
 def command(stores: list[str], port: int, no_examples: bool = False) -> list[str]:
-    """The streamlit argv (through dashboard/serve.py, which loads the pages' modules first):
+    """The streamlit argv (through dashboard/serve.py, which warms the pages' work):
     bound to 127.0.0.1, headless, no telemetry, no file watcher (for live reload while editing
     the dashboard use `streamlit run dashboard/app.py`); the store roots after `--`."""
     argv = [sys.executable, str(SERVE), "run", str(APP),
