@@ -121,8 +121,8 @@ def _read_run(path: str, cal_roots: tuple[str, ...]) -> RunData:
     try:
         rd.manifest = store.load_manifest(path)
         rd.example = rd.example or bool(rd.manifest.get("example"))
-        rd.summary = summary_frame(path)
         rd.metrics = store.load_metrics(path)
+        rd.summary = summary_frame(path, rd.metrics)
     except HarnessError as exc:  # StoreError: bad manifest, unreadable parquet
         rd.error = str(exc)
         return rd

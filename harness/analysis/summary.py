@@ -142,11 +142,12 @@ def derived_view(metrics: pd.DataFrame) -> pd.DataFrame:
     return m.pivot_table(index="case_id", columns="name", values="value", aggfunc="first")
 
 
-def summary_frame(run_dir: str | Path) -> pd.DataFrame:
-    """Cases joined with results and per-case profiler facts (one row per case)."""
+def summary_frame(run_dir: str | Path, metrics: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Cases joined with results and per-case profiler facts (one row per case); `metrics`:
+    the run's metrics table where the caller has loaded it already."""
     cases = store.load_cases(run_dir)
     res = store.load_results(run_dir)
-    metrics = store.load_metrics(run_dir)
+    metrics = store.load_metrics(run_dir) if metrics is None else metrics
     df = cases.merge(res, on="case_id", how="left")
     ncu = ncu_case_view(metrics)
     if len(ncu):
