@@ -1,8 +1,9 @@
 """`python -m harness dashboard`: serve the dashboard on 127.0.0.1 over the store.
 
 Starts `streamlit run dashboard/app.py` (through dashboard/serve.py, which imports the pages'
-modules and reads the runs table while a browser loads the app) as a subprocess (argument list), passing the store roots
-after `--` (the app also reads them from $KERNEL_LAB_STORES), prints the URL, and waits.
+modules and reads the runs table while a browser loads the app) as a subprocess (argument
+list), passing the store roots after `--` (the app also reads them from $KERNEL_LAB_STORES),
+prints the URL, and waits.
 """
 from __future__ import annotations
 
