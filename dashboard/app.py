@@ -26,6 +26,7 @@ runs = data.runs_frame(roots)
 st.session_state["runs"] = runs
 
 options = runs.path.tolist()
+labels = data.run_labels(runs)
 qp = st.query_params
 if st.session_state.get("run_a") not in options:
     st.session_state["run_a"] = data.default_run(runs, qp.get("run"))
@@ -35,11 +36,11 @@ if st.session_state.get("run_b") not in [data.NONE, *options]:
 with st.sidebar:
     st.markdown("### :material/bolt: kernel-lab")
     if options:
-        st.selectbox("Run", options, key="run_a", format_func=lambda p: data.run_label(runs, p),
+        st.selectbox("Run", options, key="run_a", format_func=lambda p: labels.get(p, p),
                      help="the run shown on the Run, Roofline, Stalls and Timeline pages; "
                           "the candidate on the Compare page")
         st.selectbox("Compare with (baseline run)", [data.NONE, *options], key="run_b",
-                     format_func=lambda p: data.run_label(runs, p))
+                     format_func=lambda p: labels.get(p, p))
     st.caption("stores: " + ", ".join(
         f"`{r.path}`" + (" (examples)" if r.example else "") for r in roots))
 

@@ -11,10 +11,12 @@ the environment variable KERNEL_LAB_STORES (os.pathsep-separated).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import traceback
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
@@ -68,13 +70,18 @@ def store_roots(argv: list[str] | None = None, environ: dict | None = None) -> l
     return roots
 
 
-def stamp(path: str | Path) -> tuple:
-    """Names, sizes and mtimes of a directory's entries: changes whenever a file is renamed in."""
+def stamp(path: str | Path) -> str:
+    """A digest of the names, sizes and mtimes of a directory's entries ("" when it cannot be
+    read): changes whenever a file is renamed in. A short string, so that the caches hash it
+    at once (hashing the entries themselves, run by run, cost the runs table a second a rerun)."""
     try:
-        return tuple(sorted((e.name, e.stat().st_mtime_ns, e.stat().st_size)
-                            for e in os.scandir(path)))
+        entries = []
+        for e in os.scandir(path):
+            st_ = e.stat()
+            entries.append((e.name, st_.st_mtime_ns, st_.st_size))
     except OSError:
-        return ()
+        return ""
+    return hashlib.blake2b(repr(sorted(entries)).encode(), digest_size=16).hexdigest()
 
 
 # -- one run ---------------------------------------------------------------------------------------
@@ -114,8 +121,8 @@ def _read_run(path: str, cal_roots: tuple[str, ...]) -> RunData:
     try:
         rd.manifest = store.load_manifest(path)
         rd.example = rd.example or bool(rd.manifest.get("example"))
-        rd.summary = summary_frame(path)
         rd.metrics = store.load_metrics(path)
+        rd.summary = summary_frame(path, rd.metrics)
     except HarnessError as exc:  # StoreError: bad manifest, unreadable parquet
         rd.error = str(exc)
         return rd
@@ -133,20 +140,33 @@ def _read_run(path: str, cal_roots: tuple[str, ...]) -> RunData:
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def _cached_run(path: str, stamp: tuple, cal_roots: tuple[str, ...]) -> RunData:
+def _cached_run(path: str, stamp: str, cal_roots: tuple[str, ...]) -> RunData:
     return _read_run(path, cal_roots)
 
 
+def run_counts(path: str, status: str | None = None) -> tuple[int, int, str | None]:
+    """(cases, ok cases, problem) of a run: what the runs table shows of it, read from the
+    cases' status column and the footers of the tables the pages load, never the run whole
+    (summarising every example run for the first page took most of a minute). A table damaged
+    inside a readable footer shows on the run's own pages, as an error card."""
+    try:
+        counts = store.case_status_counts(path)
+        store.check_tables(path, "results", "metrics")
+    except HarnessError as exc:  # StoreError: unreadable parquet
+        return 0, 0, str(exc)
+    if not counts:
+        return 0, 0, (f"{path}: no cases recorded (status {status!r}; the cases table is "
+                      "missing or empty: a half-written run?)")
+    return sum(counts.values()), counts.get("ok", 0), None
+
+
 @st.cache_data(show_spinner=False, max_entries=4096)
-def _cached_counts(path: str, stamp: tuple, cal_roots: tuple[str, ...]
+def _cached_counts(path: str, stamp: str, status: str | None
                    ) -> tuple[int, int, str | None]:
-    """(cases, ok cases, error) of a run, what the runs table shows of it: a few numbers per
-    run, so that every run of a large store stays cached. Through the RunData cache (64 runs)
-    the runs table of 71 example runs missed on every rerun (each walk evicted the runs the
-    next one needed first) and reloaded every run each time."""
-    rd = _read_run(path, cal_roots)
-    counts = rd.summary["status"].value_counts() if len(rd.summary) else pd.Series(dtype=int)
-    return int(len(rd.summary)), int(counts.get("ok", 0)), rd.error
+    """run_counts, cached apart from the runs (a few numbers per run, so that every run of a
+    large store stays cached: through the RunData cache of 64 runs, each walk of a larger store
+    evicted the runs the next one needed first)."""
+    return run_counts(path, status)
 
 
 def _cal_roots(roots: list[Root] | None) -> tuple[str, ...]:
@@ -194,27 +214,37 @@ def _git(row: dict) -> str:
     return sha[:8] + ("*" if row.get("git_dirty") else "")
 
 
+def _utc(text: str | None) -> datetime | None:
+    """An ISO 8601 time (the manifests' created_utc) in UTC; None when absent or malformed
+    (pd.to_datetime guessed the format anew for every run of the runs table)."""
+    try:
+        t = datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return None
+    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
+
+
 def runs_frame(roots: list[Root]) -> pd.DataFrame:
     """One row per run under the roots, newest first; unreadable runs carry `problem`."""
     rows = []
     example_roots = {r.path for r in roots if r.example}
-    cal_roots = _cal_roots(roots)
     for r in store.list_runs(*(r.path for r in roots)):
-        n_cases, n_ok, error = _cached_counts(str(r["path"]), stamp(r["path"]), cal_roots)
-        created = pd.to_datetime(r.get("created"), utc=True, errors="coerce")
+        n_cases, n_ok, error = (0, 0, r["error"]) if r.get("error") else _cached_counts(
+            str(r["path"]), stamp(r["path"]), r.get("status"))
+        created = _utc(r.get("created"))
         rows.append({
             "source": "example" if (r["root"] in example_roots or r.get("example")) else "user",
             "run_id": r["run_id"],
             "experiment": r.get("experiment") or "",
             "op": r.get("op") or "",
-            "created": created.strftime("%Y-%m-%d %H:%M") if pd.notna(created) else "",
+            "created": created.strftime("%Y-%m-%d %H:%M") if created else "",
             "gpu": r.get("gpu") or ("CPU" if r.get("device") == "cpu" else "-"),
             "git": _git(r),
             "status": r.get("status") or ("unreadable" if error else "-"),
             "cases": n_cases,
             "ok": n_ok,
             "not ok": n_cases - n_ok,
-            "problem": error or r.get("error") or "",
+            "problem": error or "",
             "path": r["path"],
             "_sort": r.get("created") or "",
         })
@@ -233,16 +263,15 @@ def filter_runs(runs: pd.DataFrame, experiments: list[str], ops: list[str]) -> p
     return out.reset_index(drop=True)
 
 
-def run_label(runs: pd.DataFrame, path: str) -> str:
-    if path == NONE:
-        return "(none)"
-    row = runs[runs.path == path]
-    if not len(row):
-        return Path(path).name
-    r = row.iloc[0]
-    tag = " [example]" if r.source == "example" else ""
-    bad = " ⚠ unreadable" if r.problem else ""
-    return f"{r.run_id} · {r.experiment or '?'} · {r.gpu}{tag}{bad}"
+def run_labels(runs: pd.DataFrame) -> dict[str, str]:
+    """path -> the label the run selectors show for it (one pass over the table: a lookup per
+    option made the sidebar's two selectors of 161 runs cost seconds per rerun)."""
+    labels = {NONE: "(none)"}
+    for r in runs.itertuples():
+        tag = " [example]" if r.source == "example" else ""
+        bad = " ⚠ unreadable" if r.problem else ""
+        labels[r.path] = f"{r.run_id} · {r.experiment or '?'} · {r.gpu}{tag}{bad}"
+    return labels
 
 
 def find_run(runs: pd.DataFrame, ref: str | None) -> str:
@@ -314,7 +343,8 @@ def summary_table(df: pd.DataFrame, cpu: bool) -> pd.DataFrame:
         lambda v: "; ".join(_flags(v)))
     from harness.show import config_cells
 
-    configs = config_cells(df.to_dict("records"))  # launch config, where it varies
+    cols = [c for c in ("op", "impl", "base_impl", "config", "config_source") if c in df]
+    configs = config_cells(df[cols].to_dict("records"))  # launch config, where it varies
     if configs is not None:
         out[configs[0]] = configs[1]
     if "code_hash" in df and df["code_hash"].dropna().nunique() > 1:
@@ -326,7 +356,8 @@ def summary_table(df: pd.DataFrame, cpu: bool) -> pd.DataFrame:
 def problems_table(df: pd.DataFrame) -> pd.DataFrame:
     """Cases that are not plainly fine: failed/errored/skipped, incorrect, or flagged."""
     rows = []
-    for r in df.to_dict("records"):
+    cols = [c for c in ("case_id", "status", "correct", "error", "flags") if c in df]
+    for r in df[cols].to_dict("records"):  # of 70-odd columns, the five it reads
         flags = _flags(r.get("flags"))
         incorrect = r.get("correct") is False or r.get("correct") == 0
         if r.get("status") != "ok" or incorrect or flags:
@@ -362,7 +393,7 @@ def since(rd: RunData):
     """The run's since-last-run block (analysis.since.Since), None when its manifest records no
     pair. Cached on the run, its previous run and the store root (new A/A runs move the floor)."""
     prev = (rd.manifest.get("against") or {}).get("path") or ""
-    return _cached_since(rd.path, (stamp(rd.path), stamp(prev) if prev else (),
+    return _cached_since(rd.path, (stamp(rd.path), stamp(prev) if prev else "",
                                    stamp(Path(rd.path).parent)))
 
 

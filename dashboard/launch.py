@@ -1,7 +1,9 @@
 """`python -m harness dashboard`: serve the dashboard on 127.0.0.1 over the store.
 
-Starts `streamlit run dashboard/app.py` as a subprocess (argument list), passing the store roots
-after `--` (the app also reads them from $KERNEL_LAB_STORES), prints the URL, and waits.
+Starts `streamlit run dashboard/app.py` (through dashboard/serve.py, which imports the pages'
+modules and reads the runs table while a browser loads the app) as a subprocess (argument
+list), passing the store roots after `--` (the app also reads them from $KERNEL_LAB_STORES),
+prints the URL, and waits.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from harness.errors import HarnessError
 
 HELP = "browse runs in the Streamlit dashboard (runs, roofline, stalls, compare, history)"
 APP = Path(__file__).resolve().parent / "app.py"
+SERVE = Path(__file__).resolve().parent / "serve.py"
 DEFAULT_PORT = 8501
 
 
@@ -49,10 +52,10 @@ def _check_port(port: int) -> None:
 
 
 def command(stores: list[str], port: int, no_examples: bool = False) -> list[str]:
-    """The streamlit argv: bound to 127.0.0.1, headless, no telemetry, no file watcher (for
-    live reload while editing the dashboard use `streamlit run dashboard/app.py`); the store
-    roots after `--`."""
-    argv = [sys.executable, "-m", "streamlit", "run", str(APP),
+    """The streamlit argv (through dashboard/serve.py, which warms the pages' work):
+    bound to 127.0.0.1, headless, no telemetry, no file watcher (for live reload while editing
+    the dashboard use `streamlit run dashboard/app.py`); the store roots after `--`."""
+    argv = [sys.executable, str(SERVE), "run", str(APP),
             "--server.address", "127.0.0.1", "--server.port", str(port),
             "--server.headless", "true", "--browser.gatherUsageStats", "false",
             "--client.toolbarMode", "minimal", "--server.fileWatcherType", "none", "--"]

@@ -13,7 +13,7 @@ from harness import store
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def _cached_source_lines(path: str, stamp: tuple) -> pd.DataFrame:
+def _cached_source_lines(path: str, stamp: str) -> pd.DataFrame:
     return store.load_source_lines(path)
 
 

@@ -62,8 +62,15 @@ def _empty(title: str, message: str) -> go.Figure:
     return fig
 
 
+# bars labelled with their value up to this many: beyond it the labels overlap, and measuring
+# them was most of the time a browser took to draw the chart (240 bars: ~1 s of 1.4 s)
+MAX_LABELLED_BARS = 48
+
+
 def speedup_vs_shape(summary_df: pd.DataFrame) -> go.Figure:
-    """Grouped bars: speedup_vs_baseline per shape, one colour per candidate; 1x line."""
+    """Grouped bars: speedup_vs_baseline per shape, one colour per candidate; 1x line. Each bar
+    is labelled with its speedup where there are at most MAX_LABELLED_BARS (the hover always
+    gives it)."""
     title = "Speedup vs baseline per shape (baseline median / median; correct cases only)"
     df = _ok(summary_df)
     if not len(df) or "speedup_vs_baseline" not in df:
@@ -72,6 +79,8 @@ def speedup_vs_shape(summary_df: pd.DataFrame) -> go.Figure:
     colors = _impl_colors(summary_df)
     fig = go.Figure()
     marks = "speedup_mark" in df.columns
+    bars = df[df.role != "baseline"].speedup_vs_baseline.notna().sum()
+    labelled = bars <= MAX_LABELLED_BARS
     for impl, g in df[df.role != "baseline"].groupby("impl", sort=False):
         g = g[g.speedup_vs_baseline.notna()]
         sig = [m in ("faster", "slower") for m in g["speedup_mark"]] if marks else None
@@ -79,8 +88,9 @@ def speedup_vs_shape(summary_df: pd.DataFrame) -> go.Figure:
         fig.add_trace(go.Bar(
             x=g["shape"], y=g["speedup_vs_baseline"], name=impl, marker_color=colors[impl],
             marker_pattern_shape=["" if s else "/" for s in sig] if sig else None,
-            text=[f"{v:.2f}x" for v in g.speedup_vs_baseline], textposition="outside",
-            textfont=dict(size=9), cliponaxis=False,
+            text=[f"{v:.2f}x" for v in g.speedup_vs_baseline] if labelled else None,
+            textposition="outside" if labelled else None, textfont=dict(size=9),
+            cliponaxis=False,
             customdata=np.stack([g["median_ms"].astype(float).map("{:.4f}".format), verdict],
                                 axis=-1),
             hovertemplate=f"<b>{impl}</b> %{{x}}<br>speedup %{{y:.2f}}x<br>"

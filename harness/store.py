@@ -280,8 +280,56 @@ def _load_table(run_dir: str | Path, name: str) -> pd.DataFrame:
         raise StoreError(f"{path}: unreadable parquet ({type(exc).__name__}: {exc})") from None
 
 
+def check_tables(run_dir: str | Path, *names: str) -> None:
+    """Raise StoreError for a table among `names` whose parquet footer cannot be read (a torn
+    or foreign file). Reads the footers only: cheap enough for every run of a store, where
+    loading the tables is not; a table damaged inside a valid footer shows on its load."""
+    import pyarrow.parquet as pq
+
+    for name in names:
+        path = Path(run_dir) / f"{name}.parquet"
+        if not path.exists():
+            continue
+        try:
+            pq.read_metadata(path)
+        except Exception as exc:  # pyarrow raises several types for a corrupt file
+            raise StoreError(f"{path}: unreadable parquet ({type(exc).__name__}: {exc})"
+                             ) from None
+
+
 def load_cases(run_dir) -> pd.DataFrame:
     return _load_table(run_dir, "cases")
+
+
+def case_status_counts(run_dir: str | Path) -> dict[str, int]:
+    """{status: cases} of a run, from cases.parquet's status column alone: where the footer's
+    statistics say every row group holds one status, from the footer only. What a listing of
+    many runs needs, without loading them ({} when the table is missing or empty)."""
+    import pyarrow.parquet as pq
+
+    path = Path(run_dir) / "cases.parquet"
+    if not path.exists():
+        return {}
+    try:
+        pf = pq.ParquetFile(path)
+        meta = pf.metadata
+        if meta.num_rows == 0:
+            return {}
+        col = meta.schema.names.index("status")
+        one = set()
+        for i in range(meta.num_row_groups):
+            stats = meta.row_group(i).column(col).statistics
+            if (stats is None or not stats.has_min_max or stats.null_count != 0
+                    or stats.min != stats.max or not getattr(stats, "is_min_value_exact", True)):
+                break
+            one.add(stats.min)
+        else:
+            if len(one) == 1:
+                return {one.pop(): meta.num_rows}
+        counts = pf.read(columns=["status"]).column("status").value_counts()
+        return {c["values"]: c["counts"] for c in counts.to_pylist()}
+    except Exception as exc:  # pyarrow raises several types for a corrupt file
+        raise StoreError(f"{path}: unreadable parquet ({type(exc).__name__}: {exc})") from None
 
 
 def shapes(run_dir) -> dict[str, str]:

@@ -274,6 +274,10 @@ def test_chart_builders_on_the_real_run():
     sp = charts.speedup_vs_shape(df)
     assert [t.name for t in sp.data] == ["torch_compile", "triton"]
     assert max(sp.data[1].y) == pytest.approx(3.76, abs=0.01)
+    assert all(len(t.text) == len(t.y) for t in sp.data)  # 12 bars: each labelled
+    many = charts.speedup_vs_shape(pd.concat([df] * 5, ignore_index=True))  # 60 bars
+    assert sum(len(t.y) for t in many.data) == 60 > charts.MAX_LABELLED_BARS
+    assert all(t.text is None for t in many.data)  # they would overlap: the hover has them
     roof = charts.roofline(df, cal)
     points = [t for t in roof.data if t.mode == "markers"]
     assert sum(len(t.x) for t in points) == 18  # one point per impl x case

@@ -50,6 +50,25 @@ def test_corrupt_manifest_and_table_are_reported(tmp_path):
     assert rows[0]["error"] and "corrupt" in rows[0]["error"]
 
 
+def test_case_status_counts_without_loading_the_run(tmp_path):
+    run = store.create_run(tmp_path, "s", {})
+    assert store.case_status_counts(run) == {}  # no cases table yet
+    store.write_table(run, "cases", pd.DataFrame({"case_id": [], "status": []}))
+    assert store.case_status_counts(run) == {}
+    store.write_table(run, "cases", pd.DataFrame({"case_id": list("abc"), "status": ["ok"] * 3}))
+    assert store.case_status_counts(run) == {"ok": 3}  # the footer's statistics settle it
+    statuses = ["ok", "failed", "ok", "skipped", None]
+    store.write_table(run, "cases", pd.DataFrame({"case_id": list("abcde"), "status": statuses}))
+    assert store.case_status_counts(run) == {"ok": 2, "failed": 1, "skipped": 1, None: 1}
+    store.check_tables(run, "cases", "results", "metrics")  # present ones readable, others absent
+    (run / "cases.parquet").write_bytes(b"PAR1 not a parquet file")
+    (run / "metrics.parquet").write_bytes(b"PAR1 not a parquet file")
+    with pytest.raises(StoreError, match="cases.parquet: unreadable parquet"):
+        store.case_status_counts(run)
+    with pytest.raises(StoreError, match="metrics.parquet: unreadable parquet"):
+        store.check_tables(run, "results", "metrics")
+
+
 def test_newer_schema_is_refused(tmp_path):
     run = store.create_run(tmp_path, "n", {})
     m = json.loads((run / "manifest.json").read_text())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from harness import store
@@ -26,45 +27,68 @@ WEIGHTED = ("sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct",
             "tensor_pipe_pct")
 
 
-def _weighted(wide: pd.DataFrame, name: str) -> float | None:
-    """`name` averaged over the kernels, weighted by their ncu duration."""
-    if name not in wide or "duration_us" not in wide:
+def _weighted(block: np.ndarray, j: int | None, jd: int | None) -> float | None:
+    """Column j of one case's kernels (rows of `block`) averaged over them, weighted by their
+    ncu duration (column jd)."""
+    if j is None or jd is None:
         return None
-    ok = wide[name].notna() & wide["duration_us"].notna()
-    total = float(wide.loc[ok, "duration_us"].sum())
+    v, d = block[:, j], block[:, jd]
+    ok = ~np.isnan(v) & ~np.isnan(d)
+    total = float(d[ok].sum())
     if not ok.any() or total <= 0:
         return None
-    return float((wide.loc[ok, name] * wide.loc[ok, "duration_us"]).sum()) / total
+    return float((v[ok] * d[ok]).sum()) / total
+
+
+def _spans(keys: np.ndarray) -> dict:
+    """key -> (first, end) row of each run of equal keys in a sorted array."""
+    cut = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+    return {keys[a]: (a, b) for a, b in zip(np.r_[0, cut], np.r_[cut, len(keys)])}
 
 
 def ncu_case_view(metrics: pd.DataFrame) -> pd.DataFrame:
+    """One row per ncu-profiled case, indexed by case_id in the metrics' order. One pivot of
+    every case's kernels, then plain arrays per case (a pivot per case, ~3 ms each, was most
+    of a 280-case run's summary)."""
     m = metrics[(metrics.source == "ncu") & (metrics.case_id != "")] if len(metrics) else metrics
     if not len(m):
         return pd.DataFrame()
+    wide = m.pivot_table(index=["case_id", "kernel"], columns="name", values="value",
+                         aggfunc="first")  # sorted by case, then kernel
+    values = wide.to_numpy(dtype=float)
+    col = {name: j for j, name in enumerate(wide.columns)}
+    kernels = wide.index.get_level_values(1)
+    spans = _spans(np.asarray(wide.index.get_level_values(0)))
+    limiters = (m[m.name == "occupancy_limiter"].drop_duplicates(["case_id", "kernel"])
+                .set_index(["case_id", "kernel"]).unit.to_dict())
     rows = []
-    for case_id, g in m.groupby("case_id", sort=False):
-        wide = g.pivot_table(index="kernel", columns="name", values="value", aggfunc="first")
-        row = {"case_id": case_id, "ncu_kernels": int(len(wide))}
+    for case_id in dict.fromkeys(m.case_id):
+        if case_id not in spans:  # not one value recorded
+            continue
+        lo, hi = spans[case_id]
+        block = values[lo:hi]
+        # the case's own columns: those where one of its kernels has a value
+        has = {n: j for n, j in col.items() if not np.isnan(block[:, j]).all()}
+        row = {"case_id": case_id, "ncu_kernels": int(hi - lo)}
         for k in ADDITIVE:
-            if k in wide:
-                row["ncu_" + k if k == "duration_us" else k] = float(wide[k].sum(min_count=1))
-        dom = wide["duration_us"].idxmax() if "duration_us" in wide and wide[
-            "duration_us"].notna().any() else wide.index[0]
-        row["dominant_kernel"] = dom
-        if "duration_us" in wide and wide["duration_us"].sum() > 0:
-            row["dominant_share"] = float(wide.loc[dom, "duration_us"] / wide["duration_us"].sum())
+            if k in has:
+                row["ncu_" + k if k == "duration_us" else k] = float(np.nansum(block[:, has[k]]))
+        jd = has.get("duration_us")
+        d = int(np.nanargmax(block[:, jd])) if jd is not None else 0  # the dominant kernel
+        row["dominant_kernel"] = dom = kernels[lo + d]
+        if jd is not None and np.nansum(block[:, jd]) > 0:
+            row["dominant_share"] = float(block[d, jd] / np.nansum(block[:, jd]))
         for k in DOMINANT:
-            if k in wide and pd.notna(wide.loc[dom, k]):
-                row[k] = float(wide.loc[dom, k])
+            if k in has and not np.isnan(block[d, has[k]]):
+                row[k] = float(block[d, has[k]])
         for k in WEIGHTED:
-            v = _weighted(wide, k)
+            v = _weighted(block, has.get(k), jd)
             if v is not None:
                 row["case_" + k] = v
-        lim = g[(g.kernel == dom) & (g.name == "occupancy_limiter")]
-        if len(lim):
-            row["occupancy_limiter"] = lim.unit.iloc[0]
-        stalls = {r: float(wide.loc[dom, f"stall_{r}"]) for r in STALL_REASONS
-                  if f"stall_{r}" in wide and pd.notna(wide.loc[dom, f"stall_{r}"])}
+        if (case_id, dom) in limiters:
+            row["occupancy_limiter"] = limiters[case_id, dom]
+        stalls = {r: float(block[d, has[f"stall_{r}"]]) for r in STALL_REASONS
+                  if f"stall_{r}" in has and not np.isnan(block[d, has[f"stall_{r}"]])}
         # 'selected' is the issuing state and 'not_selected' an eligible warp passed over:
         # neither is a stall worth acting on
         ranked = sorted(((v, r) for r, v in stalls.items()
@@ -118,11 +142,12 @@ def derived_view(metrics: pd.DataFrame) -> pd.DataFrame:
     return m.pivot_table(index="case_id", columns="name", values="value", aggfunc="first")
 
 
-def summary_frame(run_dir: str | Path) -> pd.DataFrame:
-    """Cases joined with results and per-case profiler facts (one row per case)."""
+def summary_frame(run_dir: str | Path, metrics: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Cases joined with results and per-case profiler facts (one row per case); `metrics`:
+    the run's metrics table where the caller has loaded it already."""
     cases = store.load_cases(run_dir)
     res = store.load_results(run_dir)
-    metrics = store.load_metrics(run_dir)
+    metrics = store.load_metrics(run_dir) if metrics is None else metrics
     df = cases.merge(res, on="case_id", how="left")
     ncu = ncu_case_view(metrics)
     if len(ncu):

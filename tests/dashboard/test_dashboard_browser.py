@@ -1,11 +1,16 @@
 """End to end: `python -m harness dashboard` served for real, loaded in headless Chromium.
 
-Opens the Roofline page of the committed example run, checks that plotly drew the roofline
+One server per module, started cold (empty user store + the committed examples). The first
+test opens the first page (the runs table) on that cold server, the second the Run page of the
+280-case flash-attention example in a fresh session; each prints how long the page took to be
+drawn (`-s` shows it) and records it in test-artifacts/dashboard-timings.json. The tests
+assert what is drawn, not how fast. The Roofline test checks that plotly drew the roofline
 (points per impl and the calibrated ceilings) and saves a screenshot under test-artifacts/.
-Without chromium the test skips locally and fails when $CI is set.
+Without chromium the tests skip locally and fail when $CI is set.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -18,12 +23,20 @@ from pathlib import Path
 import pytest
 from dash_helpers import ROOT
 
+from dashboard import data
 from dashboard.launch import free_port
+from harness import store
+from harness.analysis.summary import summary_frame
 
 CHROMIUM = Path(os.environ.get("KERNEL_LAB_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 ARTIFACTS = ROOT / "test-artifacts"
+TIMINGS = ARTIFACTS / "dashboard-timings.json"
+BIG_RUN = "20261122T030028Z-flash-attention-fwd-cbc8"  # 280 cases, ncu + nsys
+IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'  # the script has finished
+
+pytestmark = pytest.mark.slow
 
 
 def _require_browser():
@@ -67,14 +80,12 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
-@pytest.mark.slow
-def test_roofline_page_in_headless_chromium(tmp_path, example_run):
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> str:
+    """The base URL of a freshly started `harness dashboard` (nothing cached yet)."""
     _require_browser()
-    from playwright.sync_api import sync_playwright
-
-    port = free_port()
-    log = tmp_path / "dashboard.log"
-    user_store = tmp_path / "runs"
+    tmp = tmp_path_factory.mktemp("dashboard")
+    port, log, user_store = free_port(), tmp / "dashboard.log", tmp / "runs"
     user_store.mkdir()
     with open(log, "w") as out:
         proc = subprocess.Popen(
@@ -83,33 +94,101 @@ def test_roofline_page_in_headless_chromium(tmp_path, example_run):
     try:
         _wait_healthy(proc, port, log)
         assert f"http://127.0.0.1:{port}" in log.read_text()  # the launcher printed the URL
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1100})
-                page_errors: list[str] = []
-                page.on("pageerror", lambda e: page_errors.append(str(e)))
-                page.goto(f"http://127.0.0.1:{port}/roofline?run={example_run.name}",
-                          wait_until="domcontentloaded", timeout=60_000)
-                chart = page.locator(".js-plotly-plot").first
-                chart.wait_for(state="visible", timeout=60_000)
-                page.locator(".js-plotly-plot .scatterlayer .point").first.wait_for(
-                    state="visible", timeout=30_000)
-                traces = page.evaluate(
-                    "() => document.querySelector('.js-plotly-plot').data"
-                    ".map(t => ({name: t.name, mode: t.mode}))")
-                names = {t["name"] for t in traces}
-                assert {"torch", "torch_compile", "triton"} <= names, traces
-                assert any(n.startswith("DRAM") for n in names), traces
-                assert any("tensor" in n for n in names), traces
-                assert page.locator(".js-plotly-plot .scatterlayer .point").count() >= 30
-                assert page.get_by_role("heading", name="Roofline").first.is_visible()
-                assert not page_errors, page_errors
-                page.wait_for_timeout(500)  # let plotly finish its transition
-                ARTIFACTS.mkdir(exist_ok=True)
-                page.screenshot(path=str(ARTIFACTS / "dashboard-roofline.png"), full_page=True)
-            finally:
-                browser.close()
+        yield f"http://127.0.0.1:{port}"
     finally:
         _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def page(browser):
+    """A fresh session (own context: no cookies, no session state) and its page errors."""
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1100})
+    pg = ctx.new_page()
+    pg.errors = []
+    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+    try:
+        yield pg
+    finally:
+        ctx.close()
+
+
+def _record(name: str, seconds: float) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    timings = json.loads(TIMINGS.read_text()) if TIMINGS.exists() else {}
+    timings[name] = round(seconds, 3)
+    TIMINGS.write_text(json.dumps(timings, indent=2) + "\n")
+
+
+def test_first_page_drawn_on_a_cold_server(server, page):
+    t0 = time.perf_counter()
+    page.goto(server + "/", wait_until="domcontentloaded", timeout=60_000)
+    page.locator(IDLE).wait_for(timeout=120_000)
+    table = page.locator('[data-testid="stDataFrame"]').first
+    table.wait_for(state="visible", timeout=30_000)
+    seconds = time.perf_counter() - t0
+    print(f"\nfirst page drawn in {seconds:.2f} s (cold server, "
+          f"{len(store.list_runs(data.EXAMPLES_ROOT))} example runs)")
+    _record("first_page_cold_s", seconds)
+    assert page.get_by_role("heading", name="Runs").first.is_visible()
+    assert table.locator("canvas").count() >= 1  # the grid drew its cells
+    newest = max((r for r in store.list_runs(data.EXAMPLES_ROOT) if not r.get("error")),
+                 key=lambda r: (r.get("created") or "", r["run_id"]))
+    assert f"run={newest['run_id']}" in page.url  # the sidebar's default run, in the URL
+    assert not page.errors, page.errors
+
+
+def test_run_page_of_a_280_case_run_drawn(server, page):
+    cases = store.load_cases(data.EXAMPLES_ROOT / BIG_RUN)
+    assert len(cases) == 280
+    t0 = time.perf_counter()
+    page.goto(f"{server}/run?run={BIG_RUN}", wait_until="domcontentloaded", timeout=60_000)
+    page.locator(IDLE).wait_for(timeout=120_000)
+    page.locator(".js-plotly-plot .bars path").first.wait_for(state="visible", timeout=30_000)
+    page.locator('[data-testid="stDataFrame"]').first.wait_for(state="visible", timeout=30_000)
+    seconds = time.perf_counter() - t0
+    print(f"\nRun page of {BIG_RUN} ({len(cases)} cases) drawn in {seconds:.2f} s")
+    _record("run_page_280_cases_s", seconds)
+    assert page.get_by_role("heading", name="Run", exact=True).first.is_visible()
+    main = page.get_by_test_id("stMain")
+    assert BIG_RUN in main.get_by_test_id("stCaptionContainer").first.inner_text()
+    flagged = len(data.problems_table(summary_frame(data.EXAMPLES_ROOT / BIG_RUN)))
+    verdict = f"{flagged} of {len(cases)} cases" if flagged else f"All {len(cases)} cases ran"
+    assert verdict in main.get_by_test_id("stAlert").last.inner_text()
+    traces = page.evaluate("() => document.querySelector('.js-plotly-plot').data.map(t => t.name)")
+    assert set(traces) == set(cases[cases.role == "candidate"].impl)
+    assert not page.errors, page.errors
+
+
+def test_roofline_page_in_headless_chromium(server, page, example_run):
+    page.goto(f"{server}/roofline?run={example_run.name}", wait_until="domcontentloaded",
+              timeout=60_000)
+    chart = page.locator(".js-plotly-plot").first
+    chart.wait_for(state="visible", timeout=60_000)
+    page.locator(".js-plotly-plot .scatterlayer .point").first.wait_for(
+        state="visible", timeout=30_000)
+    traces = page.evaluate(
+        "() => document.querySelector('.js-plotly-plot').data"
+        ".map(t => ({name: t.name, mode: t.mode}))")
+    names = {t["name"] for t in traces}
+    assert {"torch", "torch_compile", "triton"} <= names, traces
+    assert any(n.startswith("DRAM") for n in names), traces
+    assert any("tensor" in n for n in names), traces
+    assert page.locator(".js-plotly-plot .scatterlayer .point").count() >= 30
+    assert page.get_by_role("heading", name="Roofline").first.is_visible()
+    assert not page.errors, page.errors
+    page.wait_for_timeout(500)  # let plotly finish its transition
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-roofline.png"), full_page=True)
     assert (ARTIFACTS / "dashboard-roofline.png").stat().st_size > 10_000

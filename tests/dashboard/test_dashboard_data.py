@@ -12,6 +12,7 @@ from rich.console import Console
 
 from dashboard import compare_data, data, launch
 from harness.cli import build_parser
+from harness.analysis.summary import summary_frame
 from harness.errors import HarnessError
 
 
@@ -45,21 +46,27 @@ def test_runs_frame_marks_each_broken_run(example_run, user_store):
 
 def test_the_runs_table_of_a_large_store_reads_each_run_once(monkeypatch, tmp_path):
     """The runs table walks every run on every rerun of the app. With more runs than the run
-    cache held (64; the committed examples alone are 71) each walk evicted what the next one
-    needed first, so every interaction reloaded every run (an AppTest of the examples took
-    over 14 minutes, 4 with the fix). Its per-run numbers are cached apart, for any size."""
+    cache held (64; the committed examples alone are over 100) each walk evicted what the next
+    one needed first, so every interaction reloaded every run. Its per-run numbers are cached
+    apart, for any size, and come from the cases' statuses: no run is loaded whole (summarising
+    every example made the first page take most of a minute)."""
     roots = data.store_roots(["--no-examples", "--store", str(data.EXAMPLES_ROOT)], {})
     n_runs = sum((d / "manifest.json").exists() for d in data.EXAMPLES_ROOT.iterdir())
     assert n_runs > 64  # the case that thrashed
-    reads = []
-    real = data._read_run
-    monkeypatch.setattr(data, "_read_run", lambda *a: reads.append(a[0]) or real(*a))
+    reads, whole = [], []
+    real = data.run_counts
+    monkeypatch.setattr(data, "run_counts", lambda *a: reads.append(a[0]) or real(*a))
+    monkeypatch.setattr(data, "_read_run", lambda *a: whole.append(a[0]))
     data._cached_counts.clear()
     first = data.runs_frame(roots)
-    assert len(reads) == len(first) == n_runs
+    assert len(reads) == len(first) == n_runs and not whole
     second = data.runs_frame(roots)
     assert len(reads) == n_runs  # nothing read again
     pd.testing.assert_frame_equal(first, second)
+    some = pd.concat([first[first["not ok"] > 0].head(2), first[first["not ok"] == 0].head(2)])
+    for r in some.itertuples():  # the numbers the run's summary gives
+        df = summary_frame(r.path)
+        assert (r.cases, r.ok) == (len(df), (df.status == "ok").sum()), r.run_id
 
 
 def test_selection_and_default_run():
@@ -98,7 +105,7 @@ def test_moved_metrics_keeps_stall_changes():
 
 def test_launch_command_binds_localhost(tmp_path):
     argv = launch.command([str(tmp_path)], 8600)
-    assert argv[1:4] == ["-m", "streamlit", "run"] and argv[4] == str(launch.APP)
+    assert argv[1:3] == [str(launch.SERVE), "run"] and argv[3] == str(launch.APP)
     i = argv.index("--server.address")
     assert argv[i + 1] == "127.0.0.1"
     assert argv[argv.index("--server.port") + 1] == "8600"
