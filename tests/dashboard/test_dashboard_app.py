@@ -120,11 +120,18 @@ def test_runs_page_lists_examples_beside_user_runs(monkeypatch, example_runs, fa
     assert len(at.dataframe[0].value) == n_softmax
 
 
+@pytest.fixture(scope="module")
+def empty_store(tmp_path_factory):
+    """One empty user store for the examples' renders: the dashboard's caches are keyed by the
+    stores it reads, so the runs after the first render from cache, as a browser session's do."""
+    return tmp_path_factory.mktemp("empty_store")
+
+
 @pytest.mark.parametrize("run", representative(), ids=lambda p: p.name)
-def test_examples_render_on_every_page(monkeypatch, user_store, run):
+def test_examples_render_on_every_page(monkeypatch, empty_store, run):
     """A fresh clone shows something real: the newest example of each experiment (and the
     runs tests name), each page, no error. That every example loads is test_examples_load's."""
-    at = _app(monkeypatch, user_store, run=run)
+    at = _app(monkeypatch, empty_store, run=run)
     for name in PAGES:
         _page(at, name)
         assert not at.error, (run.name, name, _texts(at.error))
