@@ -358,7 +358,7 @@ def _sandboxed(sb: Sandbox, cmd: Command) -> list[str]:
     if verb == "report":
         if "--out" not in out:
             out += ["--out", str(sb.root / "reports" / Path(a.run).name)]
-        out.append("--no-png")  # kaleido starts Chromium per chart; tests/test_report.py covers PNGs
+        out.append("--no-png")  # kaleido starts Chromium per chart; test_report.py covers PNGs
     if verb == "new-op" and "--dir" not in out:
         pytest.fail(f"{cmd.where}: `{cmd}`: new-op without --dir writes into the repository; "
                     "show it with --dir in the docs")

@@ -4,9 +4,10 @@ headless Chromium.
     python tools/dashboard_screenshot.py [--page roofline] [--run RUN_ID] [--out PATH]
 
 Serves `python -m harness dashboard --port 0` from this checkout (the sidebar names its runs/
-and runs/examples/ folders: take it from a checkout at a neutral path), waits for the page's first plotly chart to draw its points,
-saves a 1400x860 screenshot and stops the server. Needs playwright and Debian's chromium
-(`bash tests/run.sh` installs both). About a minute on a 2-core machine.
+and runs/examples/ folders: take it from a checkout at a neutral path), waits for the page's
+first plotly chart to draw its points, saves a 1400x860 screenshot and stops the server. Needs
+playwright and Debian's chromium (`bash tests/run.sh` installs both). About a minute on a
+2-core machine.
 """
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 
 def serve() -> tuple[subprocess.Popen, str]:
     """Start the dashboard; return the process and the URL it printed."""
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "dashboard", "--port", "0"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "dashboard", "--port", "0"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
     deadline = time.monotonic() + 120
     for line in proc.stdout:
         m = re.search(r"dashboard: (http://127\.0\.0\.1:\d+)", line)
