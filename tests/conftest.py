@@ -55,3 +55,11 @@ def cpu_flash_run(tmp_path_factory):
     """A real CPU run of experiments/flash.yaml (smoke sweep, Triton interpreter; the SDPA
     peers are skipped: they need a CUDA device). Returns (run_dir, the run's stdout)."""
     return cpu_smoke_run(tmp_path_factory, "cpu_flash", ["experiments/flash.yaml"])
+
+
+@pytest.fixture(scope="session")
+def cpu_softmax_run(tmp_path_factory):
+    """A real CPU run of experiments/softmax.yaml's smoke sweep, its eager and small Triton
+    cases (kept short): (run_dir, the run's stdout), made once per session."""
+    return cpu_smoke_run(tmp_path_factory, "cpu_softmax",
+                         ["experiments/softmax.yaml", "--cases", "torch.*,triton.*.N=100.*"])

@@ -38,3 +38,17 @@ def representative() -> list[Path]:
     """The newest run of each experiment plus the runs tests name, oldest first."""
     named = [EXAMPLES / n for n in NAMED if (EXAMPLES / n).is_dir()]
     return sorted(set(newest_per_experiment()) | set(named))
+
+
+def newest_per_kind() -> list[Path]:
+    """The newest run of each kind: op, mode, and whether it is a config grid (`tune-*`), plus
+    the runs tests name; fewer than representative() (a dashboard render of every page costs
+    several seconds a run), the same kinds of table and chart."""
+    newest: dict[tuple, Path] = {}
+    for run in all_runs():
+        exp = json.loads((run / "manifest.json").read_text())["experiment"]
+        kind = (exp["op"], (exp.get("params") or {}).get("mode"),
+                exp["name"].startswith("tune-"))
+        newest[kind] = run
+    named = [EXAMPLES / n for n in NAMED if (EXAMPLES / n).is_dir()]
+    return sorted(set(newest.values()) | set(named))

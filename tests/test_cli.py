@@ -1,6 +1,7 @@
 """The CLI end to end on the CPU: real subprocesses, real worker processes, real parquet."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -169,14 +170,14 @@ def test_report_out_is_the_report_folder_and_store_the_store():
         build_parser().parse_args(["compare", "A", "B", "--out", "/s"])
 
 
-def test_list_shows_the_newest_runs_of_the_store(tmp_path):
+def test_list_shows_the_newest_runs_of_the_store(tmp_path, cpu_softmax_run):
     s = tmp_path / ("a-store-path-long-enough-to-be-wider-than-the-runs-table-" * 2)  # no wrap
-    p = harness("run", "experiments/softmax.yaml", "--store", str(s), "--cases",
-                "torch.*N=100*", check=True)
+    src, stdout = cpu_softmax_run
+    shutil.copytree(src, s / src.name)
     run = only_run(s)
     listed = harness("list", "--store", str(s), check=True).stdout
     assert run.name in listed and "newest 1 of 1" in listed and "softmax" in listed
-    assert "run stored at" in p.stdout
+    assert "run stored at" in stdout
     assert "runs in" not in harness("list", "--store", str(tmp_path / "none"), check=True).stdout
 
 

@@ -315,14 +315,16 @@ def test_ray_missing_is_one_line_naming_the_install(monkeypatch):
 @pytest.mark.slow
 def test_ray_local_smoke_sweep_of_softmax_lands_a_normal_run(tmp_path):
     pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]')")
-    p = harness("run", "experiments/softmax.yaml", "--ray", "local", "--store", str(tmp_path))
+    # torch_compile's cases are left out: Inductor's CPU build is no part of what Ray does
+    p = harness("run", "experiments/softmax.yaml", "--ray", "local", "--store", str(tmp_path),
+                "--cases", "torch.*,triton.*")
     assert p.returncode == 0, p.stdout + p.stderr
     run = next(d for d in tmp_path.iterdir() if (d / "manifest.json").exists())
     m = store.load_manifest(run)
     assert m["status"] == "complete" and m["device"] == "cpu" and m["smoke"] is True
     assert m["executor"]["kind"] == "ray" and m["executor"]["hosts"]
     cases, results = store.load_cases(run), store.load_results(run)
-    assert len(cases) == 6 and set(cases.status) == {"ok"} and results.correct.all()
+    assert len(cases) == 4 and set(cases.status) == {"ok"} and results.correct.all()
     assert cases.host.notna().all()
     assert store.load_samples(run).groupby("case_id").size().min() >= 2
     assert sorted(p.name for p in (run / "parts").iterdir()) == ["check.ray.jsonl",

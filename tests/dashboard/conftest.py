@@ -1,13 +1,10 @@
 """Fixtures for the dashboard tests (helpers in dash_helpers.py)."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from dash_helpers import ROOT, copy_run, gpu_example
+from dash_helpers import copy_run, gpu_example
 
 from dashboard import data
 from harness import store
@@ -39,15 +36,7 @@ def faster_copy(example_run, user_store) -> Path:
 
 
 @pytest.fixture(scope="session")
-def cpu_run(tmp_path_factory) -> Path:
+def cpu_run(cpu_softmax_run) -> Path:
     """A real CPU run of the softmax experiment (Triton interpreter, smoke sweep; the eager and
-    the small Triton cases, to keep it short)."""
-    root = tmp_path_factory.mktemp("cpu_runs")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-m", "harness", "run", "experiments/softmax.yaml",
-                           "--store", str(root), "--device", "cpu",
-                           "--cases", "torch.*,triton.*.N=100.*"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    (run,) = [p for p in root.iterdir() if (p / "manifest.json").exists()]
-    return run
+    the small Triton cases, to keep it short; made once per session, tests/conftest.py)."""
+    return cpu_softmax_run[0]

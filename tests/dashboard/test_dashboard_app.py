@@ -11,7 +11,7 @@ import json
 import pandas as pd
 import pytest
 from dash_helpers import APP, copy_run, make_corrupt_runs
-from example_runs import representative
+from example_runs import newest_per_kind
 from streamlit.testing.v1 import AppTest
 
 from dashboard import data
@@ -127,10 +127,12 @@ def empty_store(tmp_path_factory):
     return tmp_path_factory.mktemp("empty_store")
 
 
-@pytest.mark.parametrize("run", representative(), ids=lambda p: p.name)
+@pytest.mark.parametrize("run", newest_per_kind(), ids=lambda p: p.name)
 def test_examples_render_on_every_page(monkeypatch, empty_store, run):
-    """A fresh clone shows something real: the newest example of each experiment (and the
-    runs tests name), each page, no error. That every example loads is test_examples_load's."""
+    """A fresh clone shows something real: the newest example of each kind (op, mode, config
+    grid or not) and the runs tests name, each page, no error. That every example loads is
+    test_examples_load's; the reports of the newest run of each experiment are rendered in
+    test_report_examples."""
     at = _app(monkeypatch, empty_store, run=run)
     for name in PAGES:
         _page(at, name)

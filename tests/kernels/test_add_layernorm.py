@@ -17,7 +17,7 @@ def _impl(fn, name="probe", accepts_out=True):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 @pytest.mark.parametrize("M,N", [(1, 1), (1, 100), (37, 1000), (4, 3000)])
 def test_triton(M, N, dtype):
-    res = check(OP, OP.get_impl("triton"), Params(M=M, N=N), dtype, "cpu")
+    res = check(OP, OP.get_impl("triton"), Params(M=M, N=N), dtype, "cpu", trials=1)
     assert res.correct, res.error
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -302,14 +301,11 @@ def test_aot_build_for_sm90_without_spills():
 
 
 @pytest.mark.slow
-def test_cli_smoke_run_flash(tmp_path):
-    """`python -m harness run experiments/flash.yaml` on the CPU: the smoke sweep, every
-    non-skipped case correct and timed; the CUDA-only peers skipped with a reason."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness", "run", str(ROOT / "experiments" / "flash.yaml"),
-         "--store", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+def test_cli_smoke_run_flash(cpu_flash_run):
+    """`python -m harness run experiments/flash.yaml` on the CPU (the README's main command,
+    run once per session by the cpu_flash_run fixture): the smoke sweep, every non-skipped
+    case correct and timed; the CUDA-only peers skipped with a reason."""
+    run_dir, _ = cpu_flash_run
     merged = store.load_cases(run_dir).merge(store.load_results(run_dir), on="case_id",
                                              how="left")
     ran = merged[merged.status != "skipped"]
@@ -321,7 +317,6 @@ def test_cli_smoke_run_flash(tmp_path):
     assert set(skipped.impl) == {"sdpa_flash", "sdpa_efficient", "sdpa_cudnn"}
     assert skipped.error.str.contains("CUDA").all()
     assert {json.loads(p)["N"] for p in merged.params} == {100, 64}
-    shutil.rmtree(run_dir)
 
 
 def test_torch_compile_graphs_first_run_at_the_seed_shape(monkeypatch):

@@ -23,7 +23,7 @@ def _impl(fn, name="probe"):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("M,K,N", [(1, 16, 16), (37, 50, 70), (130, 128, 300)])
 def test_triton(M, K, N, dtype, approximate):
-    res = check(OP, OP.get_impl("triton"), _p(M, K, N, approximate), dtype, "cpu")
+    res = check(OP, OP.get_impl("triton"), _p(M, K, N, approximate), dtype, "cpu", trials=1)
     assert res.correct, res.error
 
 

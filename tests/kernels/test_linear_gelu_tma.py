@@ -30,7 +30,7 @@ def _forced(cfg, act="gelu", name="probe"):
 def test_triton_tma(M, K, N, dtype, approximate):
     """Through the registered impl: the interpreter config (32x32x32 tiles on 3 programs), so
     (130, 128, 296) is 50 tiles, ~17 per program, with a ragged last group and edge tiles."""
-    res = check(OP, OP.get_impl("triton_tma"), _p(M, K, N, approximate), dtype, "cpu")
+    res = check(OP, OP.get_impl("triton_tma"), _p(M, K, N, approximate), dtype, "cpu", trials=1)
     assert res.correct, res.error
 
 
