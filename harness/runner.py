@@ -68,15 +68,22 @@ class Runner(ProfilerPasses):
         return longest_first(list(cases.case_id), cost, store.shapes(self.run_dir)), cost, limits
 
     def measure(self, progress: Progress) -> None:
-        tasks = {}
-        for p in MEASURE_PASSES:
-            total = len(self._case_ids())
-            tasks[p] = progress.add_task(p, total=total, completed=total - len(self._todo(p)))
+        from harness.executors.process import measure_parts
+
+        parts = measure_parts(self.exp.timing.processes)
+        n_cases = len(self._case_ids())
+        tasks, totals = {}, {}
+        for p in MEASURE_PASSES:  # the time task counts every process's timing of a case
+            share = [q for q in parts if q == p or (p == "time" and q not in MEASURE_PASSES)]
+            total = totals[p] = n_cases * len(share)
+            tasks[p] = progress.add_task(p, total=total, completed=total - sum(
+                len(self._todo(q)) for q in share))
         span: dict[str, list[float]] = {}
         t0 = time.monotonic()
 
         def on_event(ev):
             name, now = ev.get("name"), time.monotonic()
+            name = "time" if name in parts and name not in MEASURE_PASSES else name
             if name not in tasks:
                 return
             first = span.setdefault(name, [now, now])
@@ -96,7 +103,7 @@ class Runner(ProfilerPasses):
                 source = None
             self.manifest = store.update_manifest(self.run_dir, tuner_picks_from=source)
         order, cost, limits = self.plan()
-        left = set().union(*(self._todo(p) for p in MEASURE_PASSES))
+        left = set().union(*(self._todo(p) for p in parts))
         todo_ids = [c for c in order if c in left]
         unchecked = set(self._todo("check"))
         self.compile_ahead(progress, [c for c in order if c in unchecked], limits)
@@ -111,7 +118,7 @@ class Runner(ProfilerPasses):
         elif todo_ids:  # spans from the workers' events (with --gpus the spans overlap)
             self.pass_wall.update({p: round(b - a, 2) for p, (a, b) in span.items()})
         for p in MEASURE_PASSES:
-            progress.update(tasks[p], description=p)
+            progress.update(tasks[p], description=p, completed=totals[p])
             self._set_pass(p, "done")
 
     def compile_ahead(self, progress: Progress, check_ids: list[str],

@@ -78,6 +78,7 @@ class Worker:
         self.ref_cache = None
         self.code_hashes: dict[str, str] = {}
         self.warm_capped = False  # the warm pass set its share of GPU memory
+        self.process = 0  # which of the time pass's processes this is (0: the first)
         from harness import tuning
 
         tuning.load_picks(store.load_tuner_picks(self.run_dir))
@@ -131,26 +132,33 @@ class Worker:
                 "expected_kernels": impl.kernels_expected(params), "ref_s": ref_s}
 
     def do_time(self, impl, params, dtype, case_id) -> dict:
+        """This process's share of the case's timing (timing.share: the budget of
+        `timing.processes` processes split between them). The first process also records
+        the peak memory and what was compiled; a repeat (`--tag time_p2`, ...) only samples."""
         from harness import timing
 
         t = self.exp.timing
+        part = timing.share(t.processes, warmup_ms=t.warmup_ms, rep_ms=t.rep_ms,
+                            min_samples=t.min_samples, max_samples=t.max_samples,
+                            max_rel_err=t.max_rel_err)
         fn, nbytes = self._prepare(impl, params, dtype, case_id)
         if self.device == "cuda":
             if self.flusher is None:
                 self.flusher = timing.Flusher("cuda", t.flush_l2)
-            peak = timing.peak_memory(fn, nbytes)
-            samples = timing.bench(fn, device="cuda", warmup_ms=t.warmup_ms, rep_ms=t.rep_ms,
-                                   min_samples=t.min_samples, max_samples=t.max_samples,
-                                   flush_l2=t.flush_l2, cuda_graph=t.cuda_graph,
-                                   max_rel_err=t.max_rel_err, host_overhead=t.host_overhead,
+            peak = None if self.process else timing.peak_memory(fn, nbytes)
+            samples = timing.bench(fn, device="cuda", **part, flush_l2=t.flush_l2,
+                                   cuda_graph=t.cuda_graph, host_overhead=t.host_overhead,
                                    flusher=self.flusher, clock_probe=self._clock_probe())
         else:  # interpreter / CPU: a few wall-clock samples, labelled as such
             peak = None
             samples = timing.bench(fn, device="cpu", warmup_ms=1e-3,
-                                   rep_ms=min(t.rep_ms, 500.0), min_samples=3,
-                                   max_samples=t.max_samples, max_rel_err=t.max_rel_err)
+                                   rep_ms=min(t.rep_ms, 500.0) / t.processes, min_samples=3,
+                                   max_samples=part["max_samples"],
+                                   max_rel_err=part["max_rel_err"])
         rec = {"status": "ok", "samples": list(samples.ms), "peak_mem_bytes": peak,
-               **samples.summary()}
+               "process": self.process, **samples.summary()}
+        if self.process:  # a repeat: the first process's record keeps the provenance
+            return rec
         if self.device == "cuda":  # one more call, outside the samples: what was compiled
             from harness.provenance import compiled_kernels
 
@@ -247,6 +255,7 @@ class Worker:
         (parts/<pass>.<shard>.jsonl when several workers run at once)."""
         from harness import store, tuning
 
+        self.process = store.repeat_index(tag)
         for pass_name in passes:
             part = tag or pass_name
             done = {r["case_id"]: r for r in store.read_parts(self.run_dir, part)}
