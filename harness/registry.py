@@ -288,6 +288,7 @@ class Op:
 class Registry:
     ops: dict[str, Op] = field(default_factory=dict)
     broken: dict[str, str] = field(default_factory=dict)  # package -> import error
+    modules: dict[str, str] = field(default_factory=dict)  # op -> the module that registered it
 
     def add(self, op: Op) -> Op:
         if op.name in self.ops:
@@ -336,6 +337,7 @@ def _discover(reg: Registry) -> None:
         op = getattr(module, "op", None)
         if isinstance(op, Op):
             reg.add(op)
+            reg.modules[op.name] = name
 
 
 def get_op(name: str) -> Op:

@@ -26,7 +26,7 @@ from harness.executors.process import Interrupted, kernel_caches, todo
 from harness.executors.schedule import case_costs, case_timeout_s, longest_first
 from harness.previous import previous_medians
 from harness.profiler_passes import ProfilerPasses
-from harness.registry import get_op
+from harness.code_tree import op_for
 from harness.results import cases_frame, consolidate
 
 MEASURE_PASSES = ("check", "time")
@@ -43,7 +43,7 @@ class Runner(ProfilerPasses):
         # a resumed run keeps the walls of passes it does not redo; total is this invocation's
         self.pass_wall: dict[str, float] = dict(self.manifest.get("pass_wall_s") or {})
         self.exp = spec.Experiment.model_validate(self.manifest["experiment"])
-        self.op = get_op(self.exp.op)
+        self.op = op_for(self.manifest)
         self.device = self.manifest["device"]
         self.passes: dict[str, str] = dict(self.manifest.get("passes", {}))
 

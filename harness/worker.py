@@ -12,6 +12,8 @@ Passes
                   NVTX push/pop range of domain `harness` named for the case id; ncu and nsys
                   wrap this pass
   torch_profiler  the same single call under torch.profiler (the nsys fallback)
+  ab              `harness ab` (harness.ab_worker): the head run's worker checks and times both
+                  versions of each case, interleaved, recording into both runs of the pair
   warm            compile-ahead (GPU runs, before check): one call of each case of an impl
                   that compiles (backend triton or compile) with the Tuners compiling every
                   candidate and timing none (harness.tuning.compile_only); its only product is
@@ -38,7 +40,7 @@ from pathlib import Path
 from harness.errors import exception_line
 
 EXIT_CONTEXT_DEAD = 3
-PASSES = ("check", "time", "profile", "torch_profiler", "warm")
+PASSES = ("check", "time", "profile", "torch_profiler", "warm", "ab")
 WARM_BACKENDS = ("triton", "compile")  # what JIT-compiles on its first call
 WARM_MEMORY_FRACTION_ENV = "HARNESS_WARM_MEMORY_FRACTION"
 NVTX_DOMAIN = "harness"
@@ -60,13 +62,14 @@ def case_seed(run_seed: int, case_id: str) -> int:
 class Worker:
     def __init__(self, run_dir: Path, device: str):
         from harness import spec, store
-        from harness.registry import Params, registry
+        from harness.code_tree import op_for
+        from harness.registry import Params
 
         self.run_dir = Path(run_dir)
         self.device = device
         self.manifest = store.load_manifest(self.run_dir)
         self.exp = spec.Experiment.model_validate(self.manifest["experiment"])
-        self.op = registry().get_op(self.exp.op)
+        self.op = op_for(self.manifest)  # a `harness ab` base run: its commit's op
         self.seed = int(self.manifest.get("seed", 0))
         cases = store.load_cases(self.run_dir)
         self.cases = [
@@ -394,6 +397,15 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     only = list(dict.fromkeys(a.cases.split(","))) if a.cases else None
     from harness import selfprofile
+
+    if passes == ["ab"]:
+        from harness.ab_worker import AbWorker
+
+        with selfprofile.profiled("worker-ab"):
+            return AbWorker(Path(a.run), a.device).run(only)
+    if "ab" in passes:
+        print("worker: the ab pass runs alone (--passes ab)", file=sys.stderr)
+        return 2
 
     w = Worker(Path(a.run), a.device)
     with selfprofile.profiled("worker-" + "-".join([*passes, *(x for x in (a.shard, a.tag) if x)])):
