@@ -25,7 +25,6 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness.errors import HarnessError
 from harness.store_option import add_store_argument
 
 HELP = ("time two versions of an experiment's implementations side by side: a commit (--base) "
@@ -107,6 +106,7 @@ class Pair:
         from harness import code_tree, runner, spec, store
         from harness.analysis.pairing import Against
         from harness.executors.local import LocalExecutor
+        from harness.executors.process import kernel_caches
         from harness.results import cases_frame
 
         exp = spec.load(a.experiment)
@@ -132,6 +132,7 @@ class Pair:
                                                            *sys.argv[1:]],
             "created_utc": now, "executor": executor.describe(),
             "driver": store.driver_record(), "retune": False, "profile_harness": False,
+            "kernel_caches": kernel_caches(),
         }
         base = store.create_run(a.store, exp.name, {
             **common, "env": _tree_env(env, base_tree), "code_tree": base_tree,
@@ -176,9 +177,11 @@ class Pair:
                           exp.correctness.trials)
         limits = {c: 2 * case_timeout_s(v, exp.timing) for c, v in cost.items()}
         order = longest_first(list(cases.case_id), cost, store.shapes(self.head_dir))
-        t0 = time.monotonic()
         with Progress(TextColumn("{task.description:<60.60}"), BarColumn(),
                       MofNCompleteColumn(), TimeElapsedColumn(), console=console) as progress:
+            if self.device == "cuda" and exp.timing.compile_ahead:
+                self._compile_ahead(order, limits, progress)
+            t0 = time.monotonic()
             task = progress.add_task("ab", total=len(order))
 
             def on_event(ev):
@@ -195,6 +198,30 @@ class Pair:
             progress.update(task, description="ab")
         self.walls["ab"] = round(time.monotonic() - t0, 2)
         self._settle()
+
+    def _compile_ahead(self, order: list[str], limits: dict, progress) -> None:
+        """Both versions' JIT-compiled cases compiled ahead, as `run` does before its check
+        pass (harness.executors.warm): the ab worker then finds the kernel caches warm."""
+        from harness import store
+        from harness.code_tree import op_for
+        from harness.executors.warm import compile_ahead, compile_units, warm_cases
+
+        t0 = time.monotonic()
+        for run_dir in (self.head_dir, self.base_dir):
+            op = op_for(store.load_manifest(run_dir))
+            ids, _ = warm_cases(run_dir, op, order)
+            if not ids:
+                continue
+            task = progress.add_task(f"compile ({run_dir.name[-4:]})", total=len(ids))
+
+            def on_event(ev, task=task):
+                if ev.get("name") == "warm" and ev["event"] == "done":
+                    progress.advance(task)
+
+            out = compile_ahead(run_dir, ids, device=self.device, limits=limits, gpus=[None],
+                                on_event=on_event, units=compile_units(run_dir, op, ids))
+            store.update_manifest(run_dir, compile_ahead=out)
+        self.walls["compile"] = round(time.monotonic() - t0, 2)
 
     def _settle(self) -> None:
         """A case whose worker died (or timed out) has only its `ab` record: both runs get

@@ -30,8 +30,9 @@ from harness.code_tree import op_for
 from harness.results import cases_frame, consolidate
 
 MEASURE_PASSES = ("check", "time")
-PASS_ORDER = ("compile", "check", "time", "check+time", "ncu", "nsys", "torch_profiler",
-              "ncu+nsys", "ncu+torch_profiler")  # X+Y: side by side on the GPUs of --gpus
+# X+Y: side by side on the GPUs of --gpus; ab: harness ab's check and interleaved timing
+PASS_ORDER = ("compile", "check", "time", "check+time", "ab", "ncu", "nsys", "torch_profiler",
+              "ncu+nsys", "ncu+torch_profiler")
 
 
 class Runner(ProfilerPasses):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import io
-import json
 import subprocess
 import sys
 from pathlib import Path

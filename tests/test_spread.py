@@ -148,3 +148,21 @@ def test_a_real_cpu_run_stores_each_process_and_compare_reads_it(cpu_flash_run, 
     timed = t[t.mark != "missing"]
     assert len(timed) and set(timed.method) == {"measured"}
     assert set(timed.mark) <= {"same", "ambiguous"}
+
+
+def test_each_process_takes_its_share_of_the_budget_in_its_own_order():
+    from harness.executors.process import measure_parts, rotated
+    from harness.timing import share
+
+    one = dict(warmup_ms=25.0, rep_ms=100.0, min_samples=10, max_samples=5000,
+               max_rel_err=0.01)
+    two = share(2, **one)
+    assert (two["warmup_ms"], two["rep_ms"], two["min_samples"], two["max_samples"]) == \
+        (12.5, 50.0, 5, 2500)
+    assert two["max_rel_err"] == pytest.approx(0.01 * 2 ** 0.5)  # pooled: 1 % as before
+    assert share(3, **{**one, "min_samples": 3})["min_samples"] == 5  # a median of 5 at least
+    ids = list("abcdef")
+    assert rotated(ids, 2, 2) == list("cbafed")  # half-way round, reversed
+    assert rotated(ids, 3, 3) == list("efabcd")
+    assert measure_parts(3) == ("check", "time", "time_p2", "time_p3")
+    assert [store.repeat_index(p) for p in ("time", None, "time_p2", "time_p3")] == [0, 0, 1, 2]

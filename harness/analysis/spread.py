@@ -12,10 +12,10 @@ of one case:
             implementation nearest in duration (any implementation's while it has fewer than
             MIN_POOL other cases), each capped at CAP x their median;  ν0 = their df, at most
             PRIOR_DF
-    s̃²    = max(s², (ν0 s0² + ν s²) / (ν0 + ν))     with two processes a side s² alone has 2
-            degrees of freedom (two processes may agree by chance): the peers' spread sets
-            the band of a case that looks quieter than them; one that is noisier than its
-            peers is judged by its own spread
+    s̃²    = max(s², (ν0 s0² + ν s²) / (ν0 + ν))
+            with two processes a side s² alone has 2 degrees of freedom (two processes may
+            agree by chance): the peers' spread sets the band of a case that looks quieter
+            than them; one that is noisier than its peers is judged by its own spread
     band  = expm1(t_{1 - ALPHA/2, ν0 + ν} · s̃ · sqrt(1/P_a + 1/P_b))
 
 The band replaces the old global floor in analysis.compare's rule: faster/slower needs
