@@ -58,20 +58,23 @@ def main(a, console) -> int:
     signal.signal(signal.SIGTERM, _sigterm)
     fail = parse_pct(a.fail_on_regression) if a.fail_on_regression else None
     min_effect = parse_pct(a.min_effect, "--min-effect") if a.min_effect else MIN_EFFECT
+    from harness.executors.process import Interrupted
+
     pair = Pair.create(a, min_effect, console)
     try:
         pair.measure(console)
         pair.finish(console)
         if a.ncu is not None:
             pair.profile(a.ncu, console)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted):  # Ctrl-C, SIGTERM; a worker's stream re-raises
         pair.stopped()
         console.print("[yellow]interrupted[/]: the pair is stored as it stands (status "
                       "interrupted); run `harness ab` again to measure it afresh")
         return 130
     from harness.ab_show import render
 
-    c = render(pair.base_dir, pair.head_dir, console, ncu=a.ncu is not None)
+    c = render(pair.base_dir, pair.head_dir, console,
+               ncu=a.ncu is not None and pair.device == "cuda")
     if fail is not None and c is not None:
         from harness.analysis.compare import regressions
 

@@ -71,7 +71,7 @@ class Runner(ProfilerPasses):
     def measure(self, progress: Progress) -> None:
         from harness.executors.process import measure_parts
 
-        parts = measure_parts(self.exp.timing.processes)
+        parts = measure_parts(store.time_processes(self.run_dir))
         n_cases = len(self._case_ids())
         tasks, totals = {}, {}
         for p in MEASURE_PASSES:  # the time task counts every process's timing of a case

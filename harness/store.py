@@ -353,11 +353,18 @@ def time_parts(processes: int) -> tuple[str, ...]:
     return ("time", *(f"{REPEAT_PREFIX}{k}" for k in range(2, int(processes) + 1)))
 
 
+GPU_TIME_PROCESSES = 2  # the time pass's worker processes on a GPU unless the YAML says
+
+
 def time_processes(run_dir) -> int:
-    """How many worker processes the run's time pass spreads each case over (its experiment's
-    timing.processes; 2, the default, when the manifest does not say)."""
-    timing = (load_manifest(run_dir).get("experiment") or {}).get("timing") or {}
-    return int(timing.get("processes") or 2)  # 2: spec.TIME_PROCESSES
+    """How many worker processes the run's time pass spreads each case over: its experiment's
+    timing.processes, else GPU_TIME_PROCESSES on a GPU and 1 on the CPU (interpreter timings
+    are never judged: a second process there would cost time and tell nothing)."""
+    m = load_manifest(run_dir)
+    timing = (m.get("experiment") or {}).get("timing") or {}
+    if timing.get("processes"):
+        return int(timing["processes"])
+    return GPU_TIME_PROCESSES if m.get("device") == "cuda" else 1
 
 
 def repeat_index(part: str | None) -> int:

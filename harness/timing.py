@@ -20,11 +20,12 @@ runs the samples: their median is `sm_clock_timed_mhz`. Unlocked clocks move bet
 in one run and 1950 MHz in the next, 1.11x apart in time); compare names the clock and does not
 credit the code with a change the clock alone explains.
 
-Several processes (`timing.processes`, default 2): the time pass times each case in that many
-worker processes, one after the other, and pools their samples; `share` gives each process its
-part of the budget (warm-up, rep_ms and sample counts divided, the stopping error scaled so the
-pooled samples meet max_rel_err), so a case costs about what one process spent on it before,
-and the spread of its per-process medians is its own between-process noise (pyperf's lesson).
+Several processes (`timing.processes`; by default 2 on a GPU, 1 on the CPU: store.time_processes):
+the time pass times each case in that many worker processes, one after the other, and pools
+their samples; `share` gives each process its part of the budget (warm-up, rep_ms and sample
+counts divided, the stopping error scaled so the pooled samples meet max_rel_err), so a case
+costs about what one process spent on it before, and the spread of its per-process medians is
+its own between-process noise (pyperf's lesson).
 
 CPU (`clock="cpu_wall"`): the same loop with time.perf_counter — only meaningful relative to
 other CPU numbers; the summary labels these timings.

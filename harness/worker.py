@@ -82,6 +82,7 @@ class Worker:
         self.code_hashes: dict[str, str] = {}
         self.warm_capped = False  # the warm pass set its share of GPU memory
         self.process = 0  # which of the time pass's processes this is (0: the first)
+        self.processes = store.time_processes(self.run_dir)  # how many there are
         from harness import tuning
 
         tuning.load_picks(store.load_tuner_picks(self.run_dir))
@@ -141,7 +142,8 @@ class Worker:
         from harness import timing
 
         t = self.exp.timing
-        part = timing.share(t.processes, warmup_ms=t.warmup_ms, rep_ms=t.rep_ms,
+        n = self.processes
+        part = timing.share(n, warmup_ms=t.warmup_ms, rep_ms=t.rep_ms,
                             min_samples=t.min_samples, max_samples=t.max_samples,
                             max_rel_err=t.max_rel_err)
         fn, nbytes = self._prepare(impl, params, dtype, case_id)
@@ -155,7 +157,7 @@ class Worker:
         else:  # interpreter / CPU: a few wall-clock samples, labelled as such
             peak = None
             samples = timing.bench(fn, device="cpu", warmup_ms=1e-3,
-                                   rep_ms=min(t.rep_ms, 500.0) / t.processes, min_samples=3,
+                                   rep_ms=min(t.rep_ms, 500.0) / n, min_samples=3,
                                    max_samples=part["max_samples"],
                                    max_rel_err=part["max_rel_err"])
         rec = {"status": "ok", "samples": list(samples.ms), "peak_mem_bytes": peak,

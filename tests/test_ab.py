@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -37,8 +38,8 @@ def ab_pair(tmp_path_factory):
     tags = tool.make_repo(repo, ["5"], timing=TINY, smoke=SMOKE)
     p = subprocess.run([sys.executable, "-m", "harness", "ab", str(repo / "known_effect.yaml"),
                         "--base", "e0", "--store", str(out / "store"), "--device", "cpu",
-                        "--fail-on-regression", "1%"], cwd=ROOT, env=tool.env_for(repo),
-                       capture_output=True, text=True, timeout=600)
+                        "--fail-on-regression", "1%", "--ncu"], cwd=ROOT,
+                       env=tool.env_for(repo), capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     base, head = (Path(r["path"]) for r in store.list_runs(out / "store"))
     return {"out": out, "repo": repo, "tags": tags, "stdout": p.stdout, "base": base,
@@ -78,6 +79,7 @@ def test_every_reader_reads_the_pair_and_the_cpu_is_never_judged(ab_pair):
     base, head = ab_pair["base"], ab_pair["head"]
     out = ab_pair["stdout"]
     assert "CPU: not judged (paired" in out and "slower (significant" not in out
+    assert "ncu: skipped: no CUDA device" in out
     assert f"python -m harness compare {base.name} {head.name}" in out
     c = compare_runs(base, head)
     assert set(c.time.method) == {"cpu"} and set(c.time.mark) == {"unjudged"}
@@ -217,3 +219,52 @@ def test_the_detection_table_counts_marks_by_size():
     md = tool.table([{"effect": "2", "method": "ab", "wall_s": 12.0, "triton": s,
                       "torch": tool.summarize(rows, "torch")}])
     assert "| 2 % | ab | 1 / 1 / 1 of 3 | 1 / 1 / 0 of 2 | 0.60% | 0 / 1 / 0 of 1 | 12 |" in md
+
+
+def test_the_aa_script_snapshots_kernels_and_counts_marks(tmp_path):
+    """tools/device/aa.py: `ab --base HEAD` must be the working tree exactly, so the script
+    commits kernels/ as it is into a git directory of its own (GIT_DIR / GIT_WORK_TREE)."""
+    spec_ = importlib.util.spec_from_file_location("aa_tool", ROOT / "tools" / "device" / "aa.py")
+    aa = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(aa)
+    env = aa.git_env(tmp_path)
+    files = subprocess.run(["git", "ls-tree", "-r", "--name-only", "HEAD"], env=env, cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert "kernels/softmax/__init__.py" in files and all(f.startswith("kernels/")
+                                                         for f in files)
+    top = subprocess.run(["git", "-C", str(ROOT / "kernels"), "rev-parse", "--show-toplevel"],
+                         env=env, capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(top).resolve() == ROOT.resolve()  # what harness.code_tree will see
+    rows = [{"impl": "triton", "key": "a", "mark": "same", "method": "paired", "text": "same"},
+            {"impl": "torch", "key": "b", "mark": "slower", "method": "measured",
+             "text": "1.10x slower"}]
+    m = aa.marks(rows)
+    assert (m["pairs"], m["marked"], m["marked_rows"]) == (2, 1, ["b: 1.10x slower"])
+    assert m["method"] == {"paired": {"same": 1}, "measured": {"slower": 1}}
+
+
+def test_ncu_counters_and_hot_lines_side_by_side(tmp_path):
+    """What `ab --ncu` prints after profiling both versions, on two stored runs' metrics and
+    source lines (the profiling itself needs a GPU)."""
+    import pandas as pd
+    from run_factory import case_id, ncu_rows, write_run
+
+    from harness.ab_show import side_by_side
+
+    cid = case_id("triton", 1024)
+    base = write_run(tmp_path, minutes=0, medians={"triton/1024": 1.0}, metrics=ncu_rows(
+        cid, duration_us=100.0, registers_per_thread=32, dram_throughput_pct=80.0))
+    head = write_run(tmp_path, minutes=1, medians={"triton/1024": 1.02}, metrics=ncu_rows(
+        cid, duration_us=102.0, registers_per_thread=40, dram_throughput_pct=82.0))
+    for d, share in ((base, 0.6), (head, 0.7)):
+        store.write_table(d, "source_lines", pd.DataFrame([{
+            "case_id": cid, "kernel": "k", "file": "/x/copy_kernel.py", "line": 21,
+            "text": "tl.store(y_ptr + offs, x)", "samples": 100.0, "share": share,
+            "stall_mix": json.dumps({"long_scoreboard": 100}), "library": False}]))
+    con = Console(file=io.StringIO(), width=300, color_system=None)
+    side_by_side(base, head, compare_runs(base, head, noise=0.07), con)
+    out = con.file.getvalue()
+    assert "ncu triton M=64 N=1024 fp16 (base → head): ncu duration 100.0 us -> 102.0 us" in out
+    assert "registers 32 -> 40" in out and "DRAM throughput 80% -> 82%" in out
+    assert "base · k: copy_kernel.py:21" in out and "60.0 %" in out
+    assert "head · k: copy_kernel.py:21" in out and "70.0 %" in out

@@ -9,7 +9,6 @@ import json
 import shutil
 
 import numpy as np
-import pandas as pd
 import pytest
 from run_factory import GPU_ENV, write_run
 
@@ -122,19 +121,45 @@ def test_runs_without_per_process_medians_keep_the_aa_floor(tmp_path):
     assert c.floor.source == "default" and c.floor.value == 0.07
 
 
-def test_a_real_cpu_run_stores_each_process_and_compare_reads_it(cpu_flash_run, tmp_path):
-    """The time pass of a real run (flash.yaml's smoke sweep on the CPU) ran in two worker
-    processes: each case keeps both medians and its samples say which process took them.
-    Relabelled as GPU runs (CPU timings are never judged), compare judges the pairs by them."""
-    run, _ = cpu_flash_run
-    assert (run / "parts" / "time_p2.jsonl").exists()
+@pytest.fixture(scope="module")
+def two_process_run(tmp_path_factory):
+    """A real CPU run of the harness self-test op whose YAML asks for two time processes (on
+    the CPU the default is one: its timings are never judged)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    tmp = tmp_path_factory.mktemp("procs")
+    exp = tmp / "e.yaml"
+    exp.write_text("name: procs\nop: scale2\nbaseline: torch\nsweep: {N: [64, 1000]}\n"
+                   "dtypes: [float32]\ntiming: {processes: 2, rep_ms: 20, min_samples: 3}\n")
+    env = {**os.environ, "HARNESS_OPS": "harness_test_ops",
+           "PYTHONPATH": f"{root}{os.pathsep}{root / 'tests'}"}
+    p = subprocess.run([sys.executable, "-m", "harness", "run", str(exp), "--store",
+                        str(tmp / "runs")], cwd=root, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    (run,) = [d for d in (tmp / "runs").iterdir() if (d / "manifest.json").exists()]
+    return run
+
+
+@pytest.mark.slow
+def test_a_real_run_stores_each_process_and_compare_reads_it(two_process_run, tmp_path):
+    """The time pass ran in two worker processes: each case keeps both medians and its samples
+    say which process took them. Relabelled as GPU runs (CPU timings are never judged),
+    compare judges the pairs by them."""
+    run = two_process_run
+    assert (run / "parts" / "time_p2.jsonl").exists() and store.time_processes(run) == 2
     res = store.load_results(run)
-    ok = res[pd.to_numeric(res.median_ms, errors="coerce").gt(0)]
-    assert len(ok) and all(len(json.loads(v)) == 2 for v in ok.process_medians_ms)
+    assert len(res) == 2 and all(len(json.loads(v)) == 2 for v in res.process_medians_ms)
     s = store.load_samples(run)
-    assert set(s[s.case_id.isin(ok.case_id)].process) == {0, 1}
-    one = s[s.case_id == ok.case_id.iloc[0]]
-    assert len(one) == int(ok.n_samples.iloc[0])
+    assert set(s.process) == {0, 1}
+    one = res.iloc[0]
+    assert len(s[s.case_id == one.case_id]) == int(one.n_samples)
+    assert float(one.median_ms) == pytest.approx(
+        float(np.median(s[s.case_id == one.case_id].ms)))
     pair = []
     for name in ("a", "b"):
         d = tmp_path / f"2026112{len(pair)}T000000Z-{name}"
@@ -145,9 +170,18 @@ def test_a_real_cpu_run_stores_each_process_and_compare_reads_it(cpu_flash_run, 
                                                        if k in ("torch", "triton")}}})
         pair.append(d)
     t = compare_runs(*pair).time
-    timed = t[t.mark != "missing"]
-    assert len(timed) and set(timed.method) == {"measured"}
-    assert set(timed.mark) <= {"same", "ambiguous"}
+    assert len(t) == 2 and set(t.method) == {"measured"}
+    assert set(t.mark) <= {"same", "ambiguous"}
+
+
+def test_two_processes_on_a_gpu_one_on_the_cpu_unless_the_yaml_says(tmp_path):
+    cpu = write_run(tmp_path, minutes=0, medians=medians(), env={**GPU_ENV, "device": "cpu"})
+    gpu = write_run(tmp_path, minutes=1, medians=medians())
+    assert (store.time_processes(cpu), store.time_processes(gpu)) == (1, 2)
+    m = store.load_manifest(cpu)
+    store.write_manifest(cpu, {**m, "experiment": {**m["experiment"],
+                                                   "timing": {"processes": 3}}})
+    assert store.time_processes(cpu) == 3
 
 
 def test_each_process_takes_its_share_of_the_budget_in_its_own_order():

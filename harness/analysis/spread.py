@@ -1,10 +1,10 @@
 """Run-to-run noise measured per case: the spread of a case's time between worker processes.
 
-The time pass times every case in `timing.processes` (>= 2) worker processes, one after the
-other, and keeps each process's median (results' `process_medians_ms`). Two runs of unchanged
-code differ by what differs between processes (clocks, placement in memory, the allocator, the
-other tenants of the GPU), which one process's samples cannot see; so for a pair of runs a, b
-of one case:
+On a GPU the time pass times every case in `timing.processes` (default 2) worker processes,
+one after the other, and keeps each process's median (results' `process_medians_ms`). Two runs
+of unchanged code differ by what differs between processes (clocks, placement in memory, the
+allocator, the other tenants of the GPU), which one process's samples cannot see; so for a pair
+of runs a, b of one case:
 
     x_a,i = log of process i's median in run a, i = 1..P_a              (likewise x_b,j)
     s²    = the pooled variance of the x's about their own run's mean,  ν = P_a + P_b - 2

@@ -58,6 +58,12 @@ def harness(env: dict, log: Path, *args: str, timeout: float = 560) -> tuple[int
     return p.returncode, p.stdout, wall
 
 
+def ab_pair(store: Path, new: set[str]) -> tuple[str, str]:
+    """(base, head) run ids of the `harness ab` pair among the runs `new`."""
+    role = {r: json.loads((store / r / "manifest.json").read_text())["ab"]["role"] for r in new}
+    return (next(r for r in new if role[r] == "base"), next(r for r in new if role[r] == "head"))
+
+
 def runs_of(store: Path) -> list[str]:
     return sorted(p.name for p in store.iterdir() if (p / "manifest.json").exists()) \
         if store.exists() else []
@@ -127,9 +133,15 @@ def main(argv: list[str] | None = None) -> int:
         before = set(runs_of(store))
         _, _, wab = harness(env, log, "ab", str(exp), "--base", "HEAD", "--store", str(store),
                             *extra)
-        pair = tuple(sorted(set(runs_of(store)) - before))
+        pair = ab_pair(store, set(runs_of(store)) - before)
         result["ab_wall_s"] = round(wab, 1)
         result["ab_vs_two_runs"] = round(wab / (2 * w1), 2)
+        # the passes alone: ab's check + interleaved time against a run's check + time, twice
+        ab_walls, run_walls = walls(store, pair[1]), result["run_walls"][0]
+        result["ab_walls"] = ab_walls
+        measure = sum(run_walls.get(k, 0.0) for k in ("check", "time"))
+        if measure and ab_walls.get("ab"):
+            result["ab_pass_vs_two_check_time"] = round(ab_walls["ab"] / (2 * measure), 2)
     _, js, _ = harness(env, log, "compare", *pair, "--store", str(store), "--format", "json")
     c = json.loads(js)
     result.update(pair=pair, **marks(c["time"]), noise=c["notes"][0] if c["notes"] else "")
@@ -142,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     lines += [f"- run {i + 1} walls: {json.dumps(w)}" for i, w in enumerate(result["run_walls"])]
     if a.mode == "ab":
         lines.append(f"- ab wall {result['ab_wall_s']} s = {result['ab_vs_two_runs']} x two "
-                     f"runs' ({2 * w1:.1f} s)")
+                     f"runs' ({2 * w1:.1f} s); ab's passes {json.dumps(result['ab_walls'])}, "
+                     f"its check + time {result.get('ab_pass_vs_two_check_time')} x two runs' "
+                     "check + time")
     md = "\n".join(lines) + "\n"
     (out / f"aa_{a.mode}_{name}.md").write_text(md)
     (out / f"aa_{a.mode}_{name}.json").write_text(json.dumps(result, indent=2))

@@ -116,6 +116,12 @@ def compare_json(repo: Path, log: Path, store: Path, base: str, cand: str) -> di
     return json.loads(out)
 
 
+def ab_pair(store: Path, new: set[str]) -> tuple[str, str]:
+    """(base, head) run ids of the `harness ab` pair among the runs `new`."""
+    role = {r: json.loads((store / r / "manifest.json").read_text())["ab"]["role"] for r in new}
+    return (next(r for r in new if role[r] == "base"), next(r for r in new if role[r] == "head"))
+
+
 def runs_of(store: Path) -> list[str]:
     return sorted(p.name for p in store.iterdir() if (p / "manifest.json").exists())
 
@@ -172,7 +178,7 @@ def run_ab(repo: Path, out: Path, effects: list[str], extra: list[str]) -> list[
                               "--store", str(store), *extra)
         if rc != 0:
             raise RuntimeError(f"ab at {tag} failed (exit {rc}); see {log}")
-        base, head = sorted(set(runs_of(store)) - before)
+        base, head = ab_pair(store, set(runs_of(store)) - before)
         c = compare_json(repo, log, store, base, head)
         rows.append({"effect": e, "method": "ab", "base": base, "head": head, "wall_s": wall,
                      "triton": summarize(c["time"], "triton"),
