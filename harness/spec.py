@@ -78,10 +78,11 @@ class TimingOptions(_Strict):
         True, description="GPU runs: compile the Triton / torch.compile impls in a few "
         "parallel processes before the check pass (warm caches; nothing is measured there)")
     processes: int | None = Field(
-        None, ge=2, le=8, description="worker processes the time pass spreads each case over "
+        None, ge=1, le=8, description="worker processes the time pass spreads each case over "
         "(the sample budget split between them, order rotated): every case keeps its own "
         "between-process spread, the noise `compare` judges it by. Default: 2 on a GPU, 1 on "
-        "the CPU, whose timings are never judged (store.time_processes)")
+        "the CPU, whose timings are never judged (store.time_processes); 1 gives that up "
+        "(compare then falls back to the A/A floor)")
 
 
 class CorrectnessOptions(_Strict):

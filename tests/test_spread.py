@@ -182,6 +182,10 @@ def test_two_processes_on_a_gpu_one_on_the_cpu_unless_the_yaml_says(tmp_path):
     store.write_manifest(cpu, {**m, "experiment": {**m["experiment"],
                                                    "timing": {"processes": 3}}})
     assert store.time_processes(cpu) == 3
+    m = store.load_manifest(gpu)
+    store.write_manifest(gpu, {**m, "experiment": {**m["experiment"],
+                                                   "timing": {"processes": 1}}})
+    assert store.time_processes(gpu) == 1  # given up explicitly: the A/A floor judges it
 
 
 def test_each_process_takes_its_share_of_the_budget_in_its_own_order():

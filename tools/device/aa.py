@@ -12,7 +12,8 @@
          the unchanged tree: its marks, and its wall against 2 x the run's (target <= 1.5 x)
 
 The profilers are left out (a copy of the YAML with `profile: {}` in $OUT) unless --profilers:
-they do not touch the timings. `ab --base HEAD` needs HEAD to be the working tree's kernels:
+they do not touch the timings. `--processes 1` times each case in one process, as before this
+change: the baseline of the time pass's wall on the same machine. `ab --base HEAD` needs HEAD to be the working tree's kernels:
 the script commits a snapshot of kernels/ into a throwaway git directory ($OUT/aa.git, used
 through GIT_DIR / GIT_WORK_TREE), so it works on a copy without .git or with local edits.
 Writes $OUT/aa_<mode>_<experiment>.md / .json and the commands' output to .log files.
@@ -84,14 +85,17 @@ def marks(time_rows: list[dict]) -> dict:
                             if r["mark"] in ("faster", "slower")]}
 
 
-def experiment_copy(exp: Path, out: Path, profilers: bool) -> Path:
-    if profilers:
+def experiment_copy(exp: Path, out: Path, profilers: bool, processes: int | None) -> Path:
+    if profilers and processes is None:
         return exp
     import yaml
 
     data = yaml.safe_load(exp.read_text())
-    data["profile"] = {}
-    dest = out / exp.name
+    if not profilers:
+        data["profile"] = {}
+    if processes is not None:
+        data.setdefault("timing", {})["processes"] = processes
+    dest = out / f"{exp.stem}{f'_p{processes}' if processes else ''}.yaml"
     dest.write_text(yaml.safe_dump(data, sort_keys=False))
     return dest
 
@@ -108,11 +112,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT") or "aa_out")
     ap.add_argument("--profilers", action="store_true", help="keep the YAML's ncu/nsys passes")
     ap.add_argument("--cpu", action="store_true", help="the smoke sweep on the CPU (tests)")
+    ap.add_argument("--processes", type=int, default=None,
+                    help="timing.processes in the copy (1: the time pass as before this "
+                         "change, for its wall; its pairs fall back to the A/A floor)")
     a = ap.parse_args(argv)
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    exp = experiment_copy((ROOT / a.experiment).resolve(), out, a.profilers)
-    name = Path(a.experiment).stem
+    exp = experiment_copy((ROOT / a.experiment).resolve(), out, a.profilers, a.processes)
+    name = Path(a.experiment).stem + (f"_p{a.processes}" if a.processes else "")
     store = out / f"store_{a.mode}_{name}"
     log = out / f"aa_{a.mode}_{name}.log"
     extra = ["--device", "cpu", "--smoke"] if a.cpu else []
