@@ -40,7 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cases", default=None, help="comma-separated globs over case ids")
     p.add_argument("--smoke", action="store_true", default=None,
                    help="use the experiment's smoke: overrides (automatic without a GPU)")
-    p.add_argument("--device", choices=("cuda", "cpu"), default=None)
+    p.add_argument("--device", choices=("cuda", "cpu"), default=None,
+                   help="force a device (default: cuda when a GPU is present)")
     add_store_argument(p, out_alias=True)
     p.add_argument("--ncu", nargs="?", const="", default=None, metavar="CASES",
                    help="also profile both versions under ncu: the cases matching these "
