@@ -68,7 +68,8 @@ def copy_torch(x, pad, scratch, out=None):
     return out.copy_(x) if out is not None else x.clone()
 
 
-@op.impl("triton", backend="triton", accepts_out=True, expected_kernels=1)
+@op.impl("triton", backend="triton", accepts_out=True, expected_kernels=1,
+         tuners=copy_kernel._tuner)
 def copy_triton(x, pad, scratch, out=None):
     """Triton copy, one BLOCK per program, plus EXTRA of the bytes moved again"""
     return copy_kernel.copy(x, pad, scratch, EXTRA, out=out)

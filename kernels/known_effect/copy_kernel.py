@@ -6,9 +6,15 @@ import torch
 import triton
 import triton.language as tl
 
-BLOCK = 4096
-NUM_WARPS = 4
+from kernels._common import Tuner
+
+# (BLOCK, num_warps): one configuration, so nothing is timed to pick it (the self-test changes
+# bytes, never launch configs); the values are there for a YAML that wants to force others
+CONFIGS: tuple[tuple[int, int], ...] = ((4096, 4),)
 MAX_EXTRA = 0.10  # pad/scratch hold this fraction of x
+
+_tuner = Tuner("known_effect.copy", ("BLOCK", "num_warps"), configs=CONFIGS,
+               values={"BLOCK": (1024, 2048, 4096, 8192), "num_warps": (2, 4, 8)})
 
 
 @triton.jit
@@ -36,7 +42,12 @@ def copy(x: torch.Tensor, pad: torch.Tensor, scratch: torch.Tensor, extra: float
     y = torch.empty_like(x) if out is None else out
     n = x.numel()
     n_extra = min(round(extra * n), pad.numel(), scratch.numel())
-    main = triton.cdiv(n, BLOCK)
-    grid = (main + triton.cdiv(n_extra, BLOCK),)
-    _copy_kernel[grid](x, y, n, pad, scratch, n_extra, main, BLOCK=BLOCK, num_warps=NUM_WARPS)
+
+    def launch(config: tuple[int, int]) -> None:
+        block, warps = config
+        main = triton.cdiv(n, block)
+        grid = (main + triton.cdiv(n_extra, block),)
+        _copy_kernel[grid](x, y, n, pad, scratch, n_extra, main, BLOCK=block, num_warps=warps)
+
+    launch(_tuner.pick((n, x.dtype), CONFIGS, launch))
     return y
