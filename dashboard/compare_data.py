@@ -35,16 +35,16 @@ def compare(base: str, cand: str, allow_incomparable: bool) -> dict:
 
 
 MARKS = {"faster": "▲ faster", "slower": "▼ slower", "same": "= same",
-         "ambiguous": "~ ambiguous", "missing": "x missing"}
+         "ambiguous": "~ ambiguous", "missing": "x missing", "unjudged": "· CPU: not judged"}
 MARK_COLORS = {"faster": "#1a7f37", "slower": "#cf222e", "same": "#57606a",
-               "ambiguous": "#9a6700", "missing": "#8250df"}
+               "ambiguous": "#9a6700", "missing": "#8250df", "unjudged": "#57606a"}
 
 
 def time_table(time: pd.DataFrame) -> pd.DataFrame:
     out = time.copy()
     out["mark"] = out["mark"].map(lambda m: MARKS.get(m, m))
-    cols = ["mark", "key", "base_ms", "cand_ms", "ratio", "ci_low", "ci_high", "p_value", "text",
-            "base_n", "cand_n", "base_correct", "cand_correct"]
+    cols = ["mark", "key", "base_ms", "cand_ms", "ratio", "ci_low", "ci_high", "p_value", "mde",
+            "method", "text", "base_n", "cand_n", "base_correct", "cand_correct"]
     return out[[c for c in cols if c in out]].round(4)
 
 

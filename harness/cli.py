@@ -1,4 +1,4 @@
-"""`python -m harness <verb>`: run, list, show, doctor, calibrate, import, compare, report,
+"""`python -m harness <verb>`: run, ab, list, show, doctor, calibrate, import, compare, report,
 picks, new-op, dashboard (and the internal `worker`). User errors print one line and exit 2."""
 from __future__ import annotations
 
@@ -192,6 +192,7 @@ COMMANDS = {"run": _cmd_run, "list": _cmd_list, "show": _cmd_show}
 #   HELP: str, add_arguments(parser) -> None, main(args, console) -> int
 # and raises HarnessError for user errors.
 VERB_MODULES = {
+    "ab": "harness.ab",
     "doctor": "harness.doctor",
     "calibrate": "harness.calibrate",
     "import": "harness.importer",

@@ -39,6 +39,16 @@ def unwrap(obj):
     return obj
 
 
+def _top(modname: str) -> str:
+    """The top-level package of a module name; for another commit's code imported by
+    harness.code_tree (`_kltree_<sha>.kernels.softmax`), the package under that prefix, so a
+    version's kernels are found (and hashed) as the working tree's would be."""
+    from harness.code_tree import PREFIX
+
+    parts = modname.split(".")
+    return ".".join(parts[:2]) if parts[0].startswith(PREFIX) and len(parts) > 1 else parts[0]
+
+
 def reachable(fn: Callable) -> tuple[ModuleType | None, list[tuple[str, Any, Any]]]:
     """(the impl's module, [(qualified name, wrapper as found, inner jit function)]) for every
     Triton kernel reachable from `fn`'s module through modules of its top-level package."""
@@ -47,7 +57,7 @@ def reachable(fn: Callable) -> tuple[ModuleType | None, list[tuple[str, Any, Any
     ki = _kernel_interface()
     if module is None:
         return None, []
-    top = modname.split(".")[0]
+    top = _top(modname)
     found: dict[int, tuple[str, Any, Any]] = {}
     seen: set[str] = set()
     stack = [module]
@@ -68,7 +78,7 @@ def reachable(fn: Callable) -> tuple[ModuleType | None, list[tuple[str, Any, Any
             else:
                 owner = getattr(obj, "__module__", None) if (inspect.isfunction(obj) or
                                                               inspect.isclass(obj)) else None
-            if isinstance(owner, str) and owner.split(".")[0] == top and owner not in seen:
+            if isinstance(owner, str) and _top(owner) == top and owner not in seen:
                 sub = sys.modules.get(owner)
                 if sub is not None:
                     stack.append(sub)

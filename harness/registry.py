@@ -304,6 +304,7 @@ class Registry:
     ops: dict[str, Op] = field(default_factory=dict)
     broken: dict[str, str] = field(default_factory=dict)  # package -> import error
     origin: dict[str, str] = field(default_factory=dict)  # op name -> the module that added it
+    modules: dict[str, str] = field(default_factory=dict)  # op -> the module that registered it
 
     def add(self, op: Op, origin: str = "?") -> Op:
         if op.name in self.ops:
@@ -360,6 +361,7 @@ def _discover(reg: Registry) -> None:
             continue
         for op in ops:
             reg.add(op, f"kernels/{m.name}")
+            reg.modules[op.name] = module.__name__
     for entry in [n.strip() for n in os.environ.get("HARNESS_OPS", "").split(",") if n.strip()]:
         _add_user_module(reg, entry)
 
@@ -395,6 +397,7 @@ def _add_user_module(reg: Registry, entry: str) -> None:
         if problem:
             raise RegistryError(f"{where}: {problem}")
         reg.add(op, f"module {name!r}")
+        reg.modules[op.name] = module.__name__
 
 
 def module_ops(module) -> list[Op]:

@@ -71,8 +71,11 @@ def speedup_marks(df: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
         if xb is None or xc is None or not len(xb) or not len(xc):
             continue
         d = compare_samples(xb, xc)
-        df.iloc[i, df.columns.get_loc("speedup_mark")] = d.mark
-        df.iloc[i, df.columns.get_loc("speedup_text")] = d.text
+        mark, text = d.mark, d.text
+        if "cpu_wall" in (b.get("clock"), r.get("clock")):  # interpreter wall-clock
+            mark, text = "unjudged", f"CPU: not judged ({d.ratio:.2f}x, interpreter wall-clock)"
+        df.iloc[i, df.columns.get_loc("speedup_mark")] = mark
+        df.iloc[i, df.columns.get_loc("speedup_text")] = text
         df.iloc[i, df.columns.get_loc("speedup_ratio")] = d.ratio
     return df
 
@@ -93,6 +96,8 @@ def speedup_cell(r: dict) -> str:
         return f"same ({sp:.2f}x)"
     if mark is None:
         return f"{sp:.2f}x (untested: no samples)"
+    if mark == "unjudged":
+        return f"{sp:.2f}x (CPU: not judged)"
     return f"{sp:.2f}x, not significant"
 
 

@@ -4,6 +4,10 @@
                       | timeout (killed by the watchdog; treated like error)
     speedup_vs_baseline = baseline median / case median, for cases of the same shape_id where
                           both are correct; NaN otherwise (failing cases never get a speedup)
+    timing                             the samples of every process of the time pass pooled
+                                       (parts time, time_p2, ...): median, spread and counts
+                                       over all of them; process_medians_ms the JSON list of
+                                       each process's own median (its between-process spread)
     config, config_source, code_hash   from the time record (else the check record)
     compiled                           JSON list from the time record (GPU: one entry per
                                        Triton kernel launched; [] in the interpreter)
@@ -54,6 +58,8 @@ def consolidate(run_dir, op: Op) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFra
     cases = store.load_cases(run_dir)
     checks = {r["case_id"]: r for r in store.read_parts(run_dir, "check")}
     times = {r["case_id"]: r for r in store.read_parts(run_dir, "time")}
+    repeats = [{r["case_id"]: r for r in store.read_parts(run_dir, part)}
+               for part in store.time_parts(store.time_processes(run_dir))[1:]]
     results, samples = [], []
     statuses, errors = [], []
     for c in cases.itertuples():
@@ -67,11 +73,14 @@ def consolidate(run_dir, op: Op) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFra
             row.update({k: chk.get(k) for k in ("correct", "max_abs_err", "rel_err", "tol",
                                                 "torch_err", "expected_kernels")})
         if tim and tim["status"] == "ok":
-            row.update({k: tim.get(k) for k in ("median_ms", "p20_ms", "p80_ms", "iqr_ms",
-                                                "n_samples", "rel_stderr", "clock",
-                                                "peak_mem_bytes", "sm_clock_timed_mhz")})
-            samples.extend({"case_id": c.case_id, "i": i, "ms": float(v)}
-                           for i, v in enumerate(tim["samples"]))
+            recs = [tim] + [r for r in (rep.get(c.case_id) for rep in repeats)
+                            if r and r.get("status") == "ok" and r.get("samples")]
+            row.update(_pooled(recs))
+            row["peak_mem_bytes"] = tim.get("peak_mem_bytes")
+            samples.extend({"case_id": c.case_id, "i": i, "ms": float(v), "process": p}
+                           for i, (p, v) in enumerate((r.get("process", k), v)
+                                                      for k, r in enumerate(recs)
+                                                      for v in r["samples"]))
             med = row["median_ms"]
             if med and med > 0:
                 fl = op.flop_count(params)
@@ -87,6 +96,30 @@ def consolidate(run_dir, op: Op) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFra
     store.write_table(run_dir, "results", res)
     store.write_table(run_dir, "samples", pd.DataFrame(samples, columns=store.SAMPLE_COLUMNS))
     return cases, store.load_results(run_dir), store.load_samples(run_dir)
+
+
+def _pooled(recs: list[dict]) -> dict:
+    """Median, spread and counts of the samples of every process of the time pass (records
+    in process order), each process's own median, and the median of their SM clocks."""
+    import numpy as np
+
+    if len(recs) == 1:  # one process (a run of an earlier harness; ab): its summary as is
+        r = recs[0]
+        out = {k: r.get(k) for k in ("median_ms", "p20_ms", "p80_ms", "iqr_ms", "n_samples",
+                                     "rel_stderr", "clock", "sm_clock_timed_mhz")}
+        out["process_medians_ms"] = json.dumps([r.get("median_ms")])
+        return out
+    x = np.asarray([float(v) for r in recs for v in r["samples"]], dtype=float)
+    q20, q25, q50, q75, q80 = np.quantile(x, [0.2, 0.25, 0.5, 0.75, 0.8])
+    rse = float(x.std(ddof=1) / math.sqrt(x.size) / x.mean()) if x.size > 1 and x.mean() > 0 \
+        else math.inf
+    clocks = [float(r["sm_clock_timed_mhz"]) for r in recs
+              if isinstance(r.get("sm_clock_timed_mhz"), (int, float))]
+    return {"median_ms": float(q50), "p20_ms": float(q20), "p80_ms": float(q80),
+            "iqr_ms": float(q75 - q25), "n_samples": int(x.size), "rel_stderr": rse,
+            "clock": recs[0].get("clock"),
+            "sm_clock_timed_mhz": float(np.median(clocks)) if clocks else None,
+            "process_medians_ms": json.dumps([float(np.median(r["samples"])) for r in recs])}
 
 
 WHERE = ("gpu", "host", "gpu_name", "sm_clock_mhz", "gpu_temp_c")

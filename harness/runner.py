@@ -26,12 +26,13 @@ from harness.executors.process import Interrupted, kernel_caches, todo
 from harness.executors.schedule import case_costs, case_timeout_s, longest_first
 from harness.previous import previous_medians
 from harness.profiler_passes import ProfilerPasses
-from harness.registry import get_op
+from harness.code_tree import op_for
 from harness.results import cases_frame, consolidate
 
 MEASURE_PASSES = ("check", "time")
-PASS_ORDER = ("compile", "check", "time", "check+time", "ncu", "nsys", "torch_profiler",
-              "ncu+nsys", "ncu+torch_profiler")  # X+Y: side by side on the GPUs of --gpus
+# X+Y: side by side on the GPUs of --gpus; ab: harness ab's check and interleaved timing
+PASS_ORDER = ("compile", "check", "time", "check+time", "ab", "ncu", "nsys", "torch_profiler",
+              "ncu+nsys", "ncu+torch_profiler")
 
 
 class Runner(ProfilerPasses):
@@ -43,7 +44,7 @@ class Runner(ProfilerPasses):
         # a resumed run keeps the walls of passes it does not redo; total is this invocation's
         self.pass_wall: dict[str, float] = dict(self.manifest.get("pass_wall_s") or {})
         self.exp = spec.Experiment.model_validate(self.manifest["experiment"])
-        self.op = get_op(self.exp.op)
+        self.op = op_for(self.manifest)
         self.device = self.manifest["device"]
         self.passes: dict[str, str] = dict(self.manifest.get("passes", {}))
 
@@ -68,15 +69,22 @@ class Runner(ProfilerPasses):
         return longest_first(list(cases.case_id), cost, store.shapes(self.run_dir)), cost, limits
 
     def measure(self, progress: Progress) -> None:
-        tasks = {}
-        for p in MEASURE_PASSES:
-            total = len(self._case_ids())
-            tasks[p] = progress.add_task(p, total=total, completed=total - len(self._todo(p)))
+        from harness.executors.process import measure_parts
+
+        parts = measure_parts(store.time_processes(self.run_dir))
+        n_cases = len(self._case_ids())
+        tasks, totals = {}, {}
+        for p in MEASURE_PASSES:  # the time task counts every process's timing of a case
+            share = [q for q in parts if q == p or (p == "time" and q not in MEASURE_PASSES)]
+            total = totals[p] = n_cases * len(share)
+            tasks[p] = progress.add_task(p, total=total, completed=total - sum(
+                len(self._todo(q)) for q in share))
         span: dict[str, list[float]] = {}
         t0 = time.monotonic()
 
         def on_event(ev):
             name, now = ev.get("name"), time.monotonic()
+            name = "time" if name in parts and name not in MEASURE_PASSES else name
             if name not in tasks:
                 return
             first = span.setdefault(name, [now, now])
@@ -96,7 +104,7 @@ class Runner(ProfilerPasses):
                 source = None
             self.manifest = store.update_manifest(self.run_dir, tuner_picks_from=source)
         order, cost, limits = self.plan()
-        left = set().union(*(self._todo(p) for p in MEASURE_PASSES))
+        left = set().union(*(self._todo(p) for p in parts))
         todo_ids = [c for c in order if c in left]
         unchecked = set(self._todo("check"))
         self.compile_ahead(progress, [c for c in order if c in unchecked], limits)
@@ -111,7 +119,7 @@ class Runner(ProfilerPasses):
         elif todo_ids:  # spans from the workers' events (with --gpus the spans overlap)
             self.pass_wall.update({p: round(b - a, 2) for p, (a, b) in span.items()})
         for p in MEASURE_PASSES:
-            progress.update(tasks[p], description=p)
+            progress.update(tasks[p], description=p, completed=totals[p])
             self._set_pass(p, "done")
 
     def compile_ahead(self, progress: Progress, check_ids: list[str],

@@ -77,6 +77,12 @@ class TimingOptions(_Strict):
     compile_ahead: bool = Field(
         True, description="GPU runs: compile the Triton / torch.compile impls in a few "
         "parallel processes before the check pass (warm caches; nothing is measured there)")
+    processes: int | None = Field(
+        None, ge=1, le=8, description="worker processes the time pass spreads each case over "
+        "(the sample budget split between them, order rotated): every case keeps its own "
+        "between-process spread, the noise `compare` judges it by. Default: 2 on a GPU, 1 on "
+        "the CPU, whose timings are never judged (store.time_processes); 1 gives that up "
+        "(compare then falls back to the A/A floor)")
 
 
 class CorrectnessOptions(_Strict):
@@ -465,5 +471,7 @@ def spec_hash(exp: Experiment) -> str:
     data = exp.model_dump(mode="json")
     if data.get("variants") is None:  # experiments without variants keep their old hash
         data.pop("variants", None)
+    if (data.get("timing") or {}).get("processes") is None:  # nor the default processes
+        data["timing"].pop("processes", None)
     blob = json.dumps(data, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

@@ -6,12 +6,14 @@
     <root>/<run_id>/samples.parquet    raw timing samples: case_id, i, ms
     <root>/<run_id>/metrics.parquet    long format: case_id, source, kernel, name, value, unit
     <root>/<run_id>/source_lines.parquet  warp-stall samples per kernel source line (ncu)
+    <root>/<run_id>/ab.parquet         `harness ab`'s interleaved rounds (the pair's head run)
     <root>/<run_id>/parts/<pass>.jsonl append-only records written by workers as they go
                                        (<pass>.<shard>.jsonl: one file per concurrent worker)
     <root>/<run_id>/tuner_picks.json   launch configs the Tuners timed, reused by later workers
                                        (tuner_picks.<shard>.json: one file per concurrent worker)
     <root>/<run_id>/raw/               profilers' own files and logs
     <root>/.calibration/<gpu>.json     measured ceilings per GPU (harness calibrate)
+    <root>/.trees/<name>-<sha>/        a commit's source tree, materialised for `harness ab`
 
 Every file is written to a temporary name and renamed into place, so a reader never sees half a
 file; parts/*.jsonl are appended line by line and a torn last line is ignored on read.
@@ -33,7 +35,7 @@ from harness.errors import StoreError
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
-TABLES = ("cases", "results", "samples", "metrics", "source_lines")
+TABLES = ("cases", "results", "samples", "metrics", "source_lines", "ab")
 
 # impl: the candidate's name (a registered impl, a named config, or a variant `impl[k=v,...]`);
 # base_impl: the registered impl it runs; forced_config: JSON {tunable: value} it fixes, or null
@@ -47,16 +49,23 @@ RESULT_COLUMNS = [
     "case_id", "correct", "max_abs_err", "rel_err", "tol", "torch_err", "median_ms", "p20_ms",
     "p80_ms", "iqr_ms", "n_samples", "rel_stderr", "clock", "tflops", "gbps", "peak_mem_bytes",
     "speedup_vs_baseline", "expected_kernels", "flags", "config", "config_source", "code_hash",
-    "compiled", "sm_clock_timed_mhz",
+    "compiled", "sm_clock_timed_mhz", "process_medians_ms",
 ]
-SAMPLE_COLUMNS = ["case_id", "i", "ms"]
+# process: which of the time pass's worker processes took the sample (0, 1, ...; runs stored
+# before the time pass used several have no such column). process_medians_ms above: JSON list
+# of each process's median, in process order: the case's own between-process spread
+SAMPLE_COLUMNS = ["case_id", "i", "ms", "process"]
 METRIC_COLUMNS = ["case_id", "source", "kernel", "name", "value", "unit"]
 # warp-stall PC samples per kernel source line (ncu SourceCounters): share of the kernel's
 # samples, stall_mix = JSON {reason: samples}, library = a line of Triton's own package
 SOURCE_LINE_COLUMNS = ["case_id", "kernel", "file", "line", "text", "samples", "share",
                        "stall_mix", "library"]
+# `harness ab` (the head run of the pair only): its interleaved rounds, one row per round of a
+# case: which version went first (base | head), each version's burst median (ms) and the SM
+# clock read while the round ran (MHz; None without NVML)
+AB_COLUMNS = ["case_id", "round", "first", "base_ms", "head_ms", "clock_mhz"]
 COLUMNS = {"cases": CASE_COLUMNS, "results": RESULT_COLUMNS, "samples": SAMPLE_COLUMNS,
-           "metrics": METRIC_COLUMNS, "source_lines": SOURCE_LINE_COLUMNS}
+           "metrics": METRIC_COLUMNS, "source_lines": SOURCE_LINE_COLUMNS, "ab": AB_COLUMNS}
 
 
 # -- atomic file helpers -----------------------------------------------------------------------
@@ -352,6 +361,16 @@ def load_metrics(run_dir) -> pd.DataFrame:
     return _load_table(run_dir, "metrics")
 
 
+def load_ab(run_dir) -> pd.DataFrame:
+    """`harness ab`'s rounds (AB_COLUMNS; empty for any other run)."""
+    return _load_table(run_dir, "ab")
+
+
+def tree_dir(root: str | Path, name: str, sha: str) -> Path:
+    """Where `harness ab` keeps commit `sha` of repository `name` (its sources, extracted)."""
+    return Path(root) / ".trees" / f"{_slug(name)}-{sha[:12]}"
+
+
 def load_source_lines(run_dir) -> pd.DataFrame:
     """case_id, kernel, file, line, text, samples, share, stall_mix (JSON), library; most
     sampled lines first per kernel (empty when no pass collected SourceCounters)."""
@@ -371,6 +390,37 @@ def _part_files(run_dir: Path, pass_name: str) -> list[Path]:
     base = parts_path(run_dir, pass_name)
     shards = sorted(base.parent.glob(f"{pass_name}.*.jsonl")) if base.parent.is_dir() else []
     return ([base] if base.exists() else []) + [p for p in shards if p.exists()]
+
+
+REPEAT_PREFIX = "time_p"  # parts/time_p2.jsonl ...: the time pass's later worker processes
+
+
+def time_parts(processes: int) -> tuple[str, ...]:
+    """The parts holding a case's timings: `time` (the time pass's first process), then
+    `time_p2` ... `time_p<processes>`."""
+    return ("time", *(f"{REPEAT_PREFIX}{k}" for k in range(2, int(processes) + 1)))
+
+
+GPU_TIME_PROCESSES = 2  # the time pass's worker processes on a GPU unless the YAML says
+
+
+def time_processes(run_dir) -> int:
+    """How many worker processes the run's time pass spreads each case over: its experiment's
+    timing.processes, else GPU_TIME_PROCESSES on a GPU and 1 on the CPU (interpreter timings
+    are never judged: a second process there would cost time and tell nothing)."""
+    m = load_manifest(run_dir)
+    timing = (m.get("experiment") or {}).get("timing") or {}
+    if timing.get("processes"):
+        return int(timing["processes"])
+    return GPU_TIME_PROCESSES if m.get("device") == "cuda" else 1
+
+
+def repeat_index(part: str | None) -> int:
+    """Which of the time pass's processes wrote `part`: 0 for `time` (or none), k - 1 for
+    `time_p<k>`."""
+    if part and part.startswith(REPEAT_PREFIX) and part[len(REPEAT_PREFIX):].isdigit():
+        return int(part[len(REPEAT_PREFIX):]) - 1
+    return 0
 
 
 def append_part(run_dir: Path, pass_name: str, record: dict, shard: str | None = None) -> None:

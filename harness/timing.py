@@ -20,6 +20,13 @@ runs the samples: their median is `sm_clock_timed_mhz`. Unlocked clocks move bet
 in one run and 1950 MHz in the next, 1.11x apart in time); compare names the clock and does not
 credit the code with a change the clock alone explains.
 
+Several processes (`timing.processes`; by default 2 on a GPU, 1 on the CPU: store.time_processes):
+the time pass times each case in that many worker processes, one after the other, and pools
+their samples; `share` gives each process its part of the budget (warm-up, rep_ms and sample
+counts divided, the stopping error scaled so the pooled samples meet max_rel_err), so a case
+costs about what one process spent on it before, and the spread of its per-process medians is
+its own between-process noise (pyperf's lesson).
+
 CPU (`clock="cpu_wall"`): the same loop with time.perf_counter — only meaningful relative to
 other CPU numbers; the summary labels these timings.
 """
@@ -77,6 +84,20 @@ class Samples:
                 "clock": self.clock,
                 "sm_clock_timed_mhz": (float(np.median(self.clocks_mhz)) if self.clocks_mhz
                                        else None)}
+
+
+MIN_SHARE_SAMPLES = 5  # samples a process takes at least (its median is a between-process point)
+
+
+def share(processes: int, *, warmup_ms: float, rep_ms: float, min_samples: int,
+          max_samples: int, max_rel_err: float) -> dict:
+    """One worker process's part of a case's timing budget when `processes` share it: the
+    keyword arguments of `bench` (warm-up, rep_ms, min/max samples, max_rel_err)."""
+    p = max(1, int(processes))
+    return {"warmup_ms": warmup_ms / p, "rep_ms": rep_ms / p,
+            "min_samples": max(MIN_SHARE_SAMPLES, math.ceil(min_samples / p)),
+            "max_samples": max(MIN_SHARE_SAMPLES, math.ceil(max_samples / p)),
+            "max_rel_err": min(0.5, max_rel_err * math.sqrt(p))}
 
 
 def rel_stderr(ms) -> float:

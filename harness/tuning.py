@@ -191,6 +191,30 @@ def remember(tuner: str, key: Any, config: dict, source: str,
     _NEW.setdefault(tuner, {})[repr(key)] = rec
 
 
+_SCOPES: dict[str, tuple[dict, dict]] = {}
+
+
+@contextmanager
+def scope(name: str) -> Iterator[None]:
+    """Within the block, the stored and new picks are scope `name`'s own. `harness ab` runs
+    two versions of a kernel in one process, their Tuners under the same names: each version's
+    calls run in the scope of its code (one scope when the code is the same: both then use
+    one pick, so the same code does not differ by a tuning coin toss)."""
+    global _STORED, _NEW
+    saved = (_STORED, _NEW)
+    _STORED, _NEW = _SCOPES.setdefault(name, ({}, {}))
+    try:
+        yield
+    finally:
+        _STORED, _NEW = saved
+
+
+def merge_picks(picks: dict[str, dict[str, dict]]) -> None:
+    """Add stored picks (store.load_tuner_picks) to those of the current scope."""
+    for tuner, by_key in (picks or {}).items():
+        _STORED.setdefault(tuner, {}).update(by_key)
+
+
 def take_new_picks() -> dict[str, dict[str, dict]]:
     """The picks remembered since the last call (what a worker persists after a case)."""
     out = {t: dict(v) for t, v in _NEW.items()}

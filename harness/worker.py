@@ -12,6 +12,8 @@ Passes
                   NVTX push/pop range of domain `harness` named for the case id; ncu and nsys
                   wrap this pass
   torch_profiler  the same single call under torch.profiler (the nsys fallback)
+  ab              `harness ab` (harness.ab_worker): the head run's worker checks and times both
+                  versions of each case, interleaved, recording into both runs of the pair
   warm            compile-ahead (GPU runs, before check): one call of each case of an impl
                   that compiles (backend triton or compile) with the Tuners compiling every
                   candidate and timing none (harness.tuning.compile_only); its only product is
@@ -39,7 +41,7 @@ from pathlib import Path
 from harness.errors import exception_line
 
 EXIT_CONTEXT_DEAD = 3
-PASSES = ("check", "time", "profile", "torch_profiler", "warm")
+PASSES = ("check", "time", "profile", "torch_profiler", "warm", "ab")
 WARM_BACKENDS = ("triton", "compile")  # what JIT-compiles on its first call
 WARM_MEMORY_FRACTION_ENV = "HARNESS_WARM_MEMORY_FRACTION"
 NVTX_DOMAIN = "harness"
@@ -62,13 +64,14 @@ def case_seed(run_seed: int, case_id: str) -> int:
 class Worker:
     def __init__(self, run_dir: Path, device: str):
         from harness import spec, store
-        from harness.registry import Params, registry
+        from harness.code_tree import op_for
+        from harness.registry import Params
 
         self.run_dir = Path(run_dir)
         self.device = device
         self.manifest = store.load_manifest(self.run_dir)
         self.exp = spec.Experiment.model_validate(self.manifest["experiment"])
-        self.op = registry().get_op(self.exp.op)
+        self.op = op_for(self.manifest)  # a `harness ab` base run: its commit's op
         self.seed = int(self.manifest.get("seed", 0))
         cases = store.load_cases(self.run_dir)
         self.cases = [
@@ -80,6 +83,8 @@ class Worker:
         self.ref_cache = None
         self.code_hashes: dict[str, str] = {}
         self.warm_capped = False  # the warm pass set its share of GPU memory
+        self.process = 0  # which of the time pass's processes this is (0: the first)
+        self.processes = store.time_processes(self.run_dir)  # how many there are
         from harness import tuning
 
         tuning.load_picks(store.load_tuner_picks(self.run_dir))
@@ -133,28 +138,36 @@ class Worker:
                 "expected_kernels": impl.kernels_expected(params), "ref_s": ref_s}
 
     def do_time(self, impl, params, dtype, case_id) -> dict:
+        """This process's share of the case's timing (timing.share: the budget of
+        `timing.processes` processes split between them). The first process also records
+        the peak memory and what was compiled; a repeat (`--tag time_p2`, ...) only samples."""
         from harness import timing
 
         t = self.exp.timing
+        n = self.processes
+        part = timing.share(n, warmup_ms=t.warmup_ms, rep_ms=t.rep_ms,
+                            min_samples=t.min_samples, max_samples=t.max_samples,
+                            max_rel_err=t.max_rel_err)
         fn, nbytes = self._prepare(impl, params, dtype, case_id)
         if self.device == "cuda":
             if self.flusher is None:
                 self.flusher = timing.Flusher("cuda", t.flush_l2)
-            peak = timing.peak_memory(fn, nbytes)
-            samples = timing.bench(fn, device="cuda", warmup_ms=t.warmup_ms, rep_ms=t.rep_ms,
-                                   min_samples=t.min_samples, max_samples=t.max_samples,
-                                   flush_l2=t.flush_l2, cuda_graph=t.cuda_graph,
-                                   max_rel_err=t.max_rel_err, host_overhead=t.host_overhead,
+            peak = None if self.process else timing.peak_memory(fn, nbytes)
+            samples = timing.bench(fn, device="cuda", **part, flush_l2=t.flush_l2,
+                                   cuda_graph=t.cuda_graph, host_overhead=t.host_overhead,
                                    flusher=self.flusher, clock_probe=self._clock_probe())
         else:  # interpreter / CPU: a few wall-clock samples, labelled as such (never judged:
             # an interpreted kernel's seconds say nothing of its GPU time, so one warm-up call
             # and two samples for a slow one, more within 200 ms for a fast one)
             peak = None
             samples = timing.bench(fn, device="cpu", warmup_ms=1e-3,
-                                   rep_ms=min(t.rep_ms, CPU_REP_MS), min_samples=2,
-                                   max_samples=t.max_samples, max_rel_err=t.max_rel_err)
+                                   rep_ms=min(t.rep_ms, CPU_REP_MS) / n, min_samples=2,
+                                   max_samples=part["max_samples"],
+                                   max_rel_err=part["max_rel_err"])
         rec = {"status": "ok", "samples": list(samples.ms), "peak_mem_bytes": peak,
-               **samples.summary()}
+               "process": self.process, **samples.summary()}
+        if self.process:  # a repeat: the first process's record keeps the provenance
+            return rec
         if self.device == "cuda":  # one more call, outside the samples: what was compiled
             from harness.provenance import compiled_kernels
 
@@ -251,6 +264,7 @@ class Worker:
         (parts/<pass>.<shard>.jsonl when several workers run at once)."""
         from harness import store, tuning
 
+        self.process = store.repeat_index(tag)
         for pass_name in passes:
             part = tag or pass_name
             done = {r["case_id"]: r for r in store.read_parts(self.run_dir, part)}
@@ -390,6 +404,15 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     only = list(dict.fromkeys(a.cases.split(","))) if a.cases else None
     from harness import selfprofile
+
+    if passes == ["ab"]:
+        from harness.ab_worker import AbWorker
+
+        with selfprofile.profiled("worker-ab"):
+            return AbWorker(Path(a.run), a.device).run(only)
+    if "ab" in passes:
+        print("worker: the ab pass runs alone (--passes ab)", file=sys.stderr)
+        return 2
 
     w = Worker(Path(a.run), a.device)
     with selfprofile.profiled("worker-" + "-".join([*passes, *(x for x in (a.shard, a.tag) if x)])):

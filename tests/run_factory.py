@@ -33,10 +33,13 @@ def write_run(root: Path, *, minutes: int, medians: dict[str, float], name: str 
               op: str = "softmax", env: dict | None = None, spec_hash: str = "spec-a",
               status: str = "complete", seed: int = 0, rel_sd: float = 0.004, n: int = 200,
               extra: dict[str, dict] | None = None, metrics: list[dict] | None = None,
-              timed: bool = True, against: dict | None = None) -> Path:
+              timed: bool = True, against: dict | None = None, processes: int = 0,
+              proc_sd: float | dict[str, float] = 0.0) -> Path:
     """A run `minutes` after T0 whose case `<impl>.M=64.N=<N>.float16` (keys of `medians`, as
     "impl/N") has samples around the given median; `extra` adds results columns per case id
-    (config, compiled, code_hash)."""
+    (config, compiled, code_hash). With `processes`, the time pass's worker processes: each
+    draws its own offset (relative sd `proc_sd`, per "impl/N" key when a dict) and n/processes
+    samples around it, and the results carry process_medians_ms."""
     env = dict(GPU_ENV if env is None else env)
     created = T0 + timedelta(minutes=minutes)
     run_id = store.new_run_id(name, created)
@@ -56,11 +59,22 @@ def write_run(root: Path, *, minutes: int, medians: dict[str, float], name: str 
                       "role": "baseline" if impl == "torch" else "candidate",
                       "params": json.dumps({"M": 64, "N": int(nn)}), "dtype": "float16",
                       "status": "ok", "error": None})
-        x = samples(med, n, rel_sd, seed * 1000 + i) if timed else np.array([])
+        procs, proc_meds = np.zeros(n, dtype=int), None
+        if timed and processes:
+            sd = proc_sd.get(key, 0.0) if isinstance(proc_sd, dict) else proc_sd
+            rng = np.random.default_rng(seed * 1000 + i + 500)
+            parts = [samples(med * (1 + rng.normal(0, sd)), n // processes, rel_sd,
+                             seed * 1000 + i + 100 * k) for k in range(processes)]
+            x = np.concatenate(parts)
+            procs = np.repeat(np.arange(processes), n // processes)
+            proc_meds = json.dumps([float(np.median(p)) for p in parts])
+        else:
+            x = samples(med, n, rel_sd, seed * 1000 + i) if timed else np.array([])
         rrows.append({"case_id": cid, "correct": True,
                       "median_ms": float(np.median(x)) if len(x) else None,
-                      **(extra or {}).get(cid, {})})
-        srows += [{"case_id": cid, "i": j, "ms": float(v)} for j, v in enumerate(x)]
+                      "process_medians_ms": proc_meds, **(extra or {}).get(cid, {})})
+        srows += [{"case_id": cid, "i": j, "ms": float(v), "process": int(procs[j])}
+                  for j, v in enumerate(x)]
     store.write_table(run_dir, "cases", pd.DataFrame(crows))
     store.write_table(run_dir, "results", pd.DataFrame(rrows))
     store.write_table(run_dir, "samples", pd.DataFrame(srows, columns=store.SAMPLE_COLUMNS))

@@ -7,9 +7,11 @@ Pairs cases of two runs by (op, impl, params, dtype). For each pair:
     p        = two-sided Mann-Whitney U test on the raw samples (scipy)
 
 and a mark (see `compare_samples` for the rule): faster | slower | same | ambiguous, plus
-"missing" for a pair without samples on one side. Between two runs the noise band of a pair is
-analysis.noise's threshold: the larger of the machine's between-run floor (learned from A/A runs
-in the store, else a default) and the pair's own spread, so run-to-run drift is not a change.
+"missing" for a pair without samples on one side and "unjudged" for CPU timings. Which noise a
+pair is judged by (analysis.judge): the paired rounds of `harness ab` when the two runs are one
+ab pair; else its own between-process spread (analysis.spread: the time pass times each case
+in several worker processes), so run-to-run drift is not a change; for runs stored before
+that, the A/A floor of analysis.noise (learned from A/A runs in the store, else a default).
 Profiler metrics of the pair (canonical names, dominant kernel, see analysis.summary) are listed
 when they moved beyond a small threshold.
 
@@ -32,7 +34,8 @@ from harness import store
 from harness.errors import HarnessError
 from harness.values import finite as _num
 
-MARKS = ("faster", "slower", "same", "ambiguous", "missing")
+# unjudged: CPU timings (interpreter wall-clock) are never faster or slower
+MARKS = ("faster", "slower", "same", "ambiguous", "missing", "unjudged")
 MIN_SAMPLES = 5  # fewer samples on a side than this: never a verdict, always ambiguous
 N_BOOT = 2000
 
@@ -67,10 +70,13 @@ COMPARED_METRICS = (
     ("grid_size", "grid_size", "grid size", "{:.0f}", 1.0, 0.0),
 )
 METRIC_LABEL = {name: (label, fmt) for _, name, label, fmt, _, _ in COMPARED_METRICS}
+# threshold: the band a change had to clear; mde: the smallest change the pair would mark with
+# 80 % power; method: paired (harness ab) | measured (between-process spread) | floor (A/A
+# floor: runs stored before the time pass used several processes) | cpu | missing
 TIME_COLUMNS = ["key", "op", "impl", "params", "dtype", "base_case_id", "cand_case_id",
                 "base_ms", "cand_ms", "ratio", "ci_low", "ci_high", "p_value", "mark", "text",
                 "base_n", "cand_n", "base_correct", "cand_correct", "threshold", "evidence",
-                "clock_explained"]
+                "clock_explained", "mde", "method"]
 METRIC_COLUMNS = ["key", "impl", "name", "base", "cand", "delta", "rel_delta"]
 # SM clocks under load (results' sm_clock_timed_mhz) this far apart: named as evidence, and a
 # change no larger than the clock's move can explain is not credited to the code
@@ -239,7 +245,9 @@ class Comparison:
     headline: str
     cpu: bool = False  # either run timed on the CPU (interpreter wall-clock)
     notes: list[str] = field(default_factory=list)
-    floor: object = None  # analysis.noise.NoiseFloor: the between-run part of the thresholds
+    # analysis.spread.Rule: which evidence judged the pairs (.text, .as_dict()); for two runs
+    # stored before the time pass used several processes, analysis.noise.NoiseFloor as before
+    floor: object = None
 
     def pair_lines(self) -> list[str]:
         """One sentence per pair: time verdict then what changed (config, compiled kernel,
@@ -321,11 +329,8 @@ def compare_runs(base_dir, cand_dir, *, allow_incomparable: bool = False,
                  noise: float | None = None, alpha: float = 0.01) -> Comparison:
     """Pair the cases of two stored runs and compare their samples and profiler metrics.
 
-    Each pair's noise band is analysis.noise.threshold: the larger of the between-run floor
-    (`noise` when given, else learned from the A/A runs in the runs' stores, else the device's
-    default) and the pair's own spread."""
-    from harness.analysis import noise as noisemod
-
+    Each pair is judged by the evidence analysis.judge finds for it; `noise` (a fraction)
+    judges every pair by that fixed floor instead (`compare --noise-floor`)."""
     base_dir, cand_dir = Path(base_dir), Path(cand_dir)
     mb, mc = store.load_manifest(base_dir), store.load_manifest(cand_dir)
     problems = env_problems(mb.get("env") or {}, mc.get("env") or {})
@@ -339,13 +344,18 @@ def compare_runs(base_dir, cand_dir, *, allow_incomparable: bool = False,
     if not len(pairs):
         raise HarnessError(f"runs {mb['run_id']} and {mc['run_id']} have no case in common "
                            f"(paired by op, impl, params and dtype)")
-    floor = noisemod.floor_for(base_dir, cand_dir, floor=noise)
+    cpu = mb.get("device") != "cuda" or mc.get("device") != "cuda"
     sb = _sample_map(base_dir)
     sc = _sample_map(cand_dir)
     time_rows, metric_rows = [], []
     base_rows = base.set_index("case_id").to_dict("index")
     cand_rows = cand.set_index("case_id").to_dict("index")
-    for r in pairs.to_dict("records"):
+    records = pairs.to_dict("records")
+    from harness.analysis.judge import Judge  # judge builds on this module: import here
+
+    judge = Judge(base_dir, cand_dir, mb, mc, records, base_rows, cand_rows, noise=noise,
+                  alpha=alpha, cpu=cpu)
+    for r in records:
         params = json.loads(r["params_key"])
         key = case_key(r["impl"], params, r["dtype"])
         rb, rc = base_rows[r["case_id_b"]], cand_rows[r["case_id_c"]]
@@ -360,27 +370,10 @@ def compare_runs(base_dir, cand_dir, *, allow_incomparable: bool = False,
             side = "base" if xb is None or not len(xb) else "candidate"
             row.update(ratio=math.nan, ci_low=math.nan, ci_high=math.nan, p_value=math.nan,
                        mark="missing", text=f"missing (no samples in the {side} run)",
-                       threshold=math.nan, clock_explained=False)
+                       threshold=math.nan, clock_explained=False, mde=math.nan,
+                       method="missing")
         else:
-            band = noisemod.threshold(
-                floor.for_impl(r["impl"], impl_backend(r["op"], r["impl"], rc.get("base_impl"))),
-                xb, xc)
-            d = compare_samples(xb, xc, noise=band, alpha=alpha)
-            mark, text = d.mark, d.change_text()
-            k = clock_ratio(rb, rc)
-            by_clock = clock_explained(d, k, band, same_code(rb, rc))
-            if by_clock:
-                mark = "ambiguous"
-                text = (f"not credited: {text}, but the SM clock under load moved "
-                        f"{_num(rb.get('sm_clock_timed_mhz')):.0f} → "
-                        f"{_num(rc.get('sm_clock_timed_mhz')):.0f} MHz, which alone explains up "
-                        f"to {max(k, 1 / k):.2f}x")
-            if not (row["base_correct"] and row["cand_correct"]) and mark == "faster":
-                who = "candidate" if not row["cand_correct"] else "base"
-                mark = "ambiguous"
-                text = f"not credited: the {who} case failed correctness ({text})"
-            row.update(ratio=d.ratio, ci_low=d.ci_low, ci_high=d.ci_high, p_value=d.p_value,
-                       mark=mark, text=text, threshold=band, clock_explained=by_clock)
+            row.update(judge.verdict(r, rb, rc, xb, xc, row))
         time_rows.append(row)
         metric_rows.extend(metric_deltas(key, r["impl"], rb, rc))
     metrics = pd.DataFrame(metric_rows, columns=METRIC_COLUMNS)
@@ -390,24 +383,30 @@ def compare_runs(base_dir, cand_dir, *, allow_incomparable: bool = False,
         row["evidence"] = evidence(row["key"], base_rows[row["base_case_id"]],
                                    cand_rows[row["cand_case_id"]], metrics)
     time = pd.DataFrame(time_rows, columns=TIME_COLUMNS)
-    cpu = mb.get("device") != "cuda" or mc.get("device") != "cuda"
-    notes = [noise_note(floor)]
+    rule = judge.rule
+    if rule.fallback and not (rule.measured or rule.paired or rule.unjudged):
+        rule = rule.floor  # runs stored before per-case evidence: the A/A floor, as before
+    notes = [noise_note(rule)]
     autotuned = autotune_note(time_rows, base_rows, cand_rows)
     if autotuned:
         notes.append(autotuned)
     if cpu:
-        notes.append("CPU run(s): timings are interpreter/CPU wall-clock; these marks say "
-                     "nothing about GPU speed")
+        notes.append("CPU run(s): timings are interpreter/CPU wall-clock: CPU: not judged "
+                     "(a ratio and its CI, never faster or slower)")
     unpaired = (len(base) - len(pairs), len(cand) - len(pairs))
     if any(unpaired):
         notes.append(f"unpaired cases: {unpaired[0]} only in the base run, {unpaired[1]} only "
                      f"in the candidate run")
     return Comparison(mb["run_id"], mc["run_id"], problems, time, metrics,
-                      headline_of(time, problems, cpu), cpu, notes, floor)
+                      headline_of(time, problems, cpu), cpu, notes, rule)
 
 
-def noise_note(floor) -> str:
-    return (f"noise threshold: {floor.text}; a pair's threshold is the larger of that and its "
+def noise_note(rule) -> str:
+    """The comparison's noise note (analysis.spread.Rule: which evidence judged its pairs)."""
+    if getattr(rule, "paired", None) or (getattr(rule, "unjudged", 0)
+                                         and not (rule.measured or rule.fallback)):
+        return f"noise threshold: {rule.text}"
+    return (f"noise threshold: {rule.text}; a pair's threshold is the larger of that and its "
             f"own spread (2x relative IQR/sqrt(n)); faster/slower need p < 0.01 and the whole "
             f"95% CI beyond it")
 

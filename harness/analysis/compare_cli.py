@@ -1,7 +1,7 @@
 """`python -m harness compare BASE CAND`: is CAND faster than BASE, case by case, and is it real?
 
     --fail-on-regression 5%   exit 1 when a pair is marked slower (the noise rule) by more than 5 %
-    --noise-floor 3%          use this between-run floor instead of the learned/default one
+    --noise-floor 3%          judge every pair by this fixed floor, not by its measured spread
     --allow-incomparable      compare runs from different GPUs/drivers/clock limits (flagged)
     --format table|json|md
 
@@ -19,7 +19,7 @@ from harness.store_option import add_store_argument
 HELP = "compare two runs case by case (significance test on the raw samples, metric deltas)"
 
 MARK_STYLE = {"faster": "green", "slower": "red", "same": "dim", "ambiguous": "yellow",
-              "missing": "magenta"}
+              "missing": "magenta", "unjudged": "dim"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,8 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="exit 1 when any pair is significantly slower by more than PCT "
                         "(e.g. 5%%)")
     p.add_argument("--noise-floor", metavar="PCT", default=None,
-                   help="between-run noise floor (e.g. 3%%); default: learned from A/A runs in "
-                        "the store, else 7%% on a GPU and 25%% on the CPU")
+                   help="judge every pair by this fixed between-run floor (e.g. 3%%) instead "
+                        "of its own measured between-process spread")
     p.add_argument("--allow-incomparable", action="store_true",
                    help="compare runs whose GPU, driver, clock limits or device differ "
                         "(the output says so loudly)")
@@ -102,11 +102,13 @@ def to_markdown(c, heading: str = "##") -> str:
 
 
 def legend(c) -> str:
-    floor = c.floor.text if c.floor is not None else "floor 2%"
+    noise = c.floor.text if c.floor is not None else "floor 2%"
     return ("time: ratio of medians base/candidate; faster/slower need Mann-Whitney U p < 0.01 "
             "and the whole 95% bootstrap CI beyond ±threshold; same: the CI lies within "
-            "±threshold; ambiguous otherwise. A pair's threshold is the larger of the "
-            f"between-run noise floor and 2x its relative IQR/sqrt(n); here the {floor}.")
+            "±threshold; ambiguous otherwise. A pair's threshold is the larger of its noise "
+            "band (its own between-process spread; for runs stored before that, the A/A "
+            "floor) and 2x its relative IQR/sqrt(n); a harness ab pair is judged by the 95% CI "
+            "of its paired rounds instead; CPU timings are not judged. Here: " + noise + ".")
 
 
 def to_json(c) -> dict:

@@ -129,7 +129,8 @@ def _from_comparison(m, mp, pair: Against, c, limit: int) -> Since:
         geo = float(np.exp(np.log(ok.ratio.astype(float)).mean())) if len(ok) else None
         counts = g.mark.value_counts()
         s.impls.append(ImplSummary(impl, len(ok), geo, {k: int(counts.get(k, 0)) for k in (
-            "faster", "slower", "same", "ambiguous", "missing") if counts.get(k, 0)}))
+            "faster", "slower", "same", "ambiguous", "missing", "unjudged")
+            if counts.get(k, 0)}))
     marked = t[t.mark.isin(MARKED)].copy()
     marked["_effect"] = np.abs(np.log(marked.ratio.astype(float)))
     marked = marked.sort_values("_effect", ascending=False, kind="stable")

@@ -221,59 +221,108 @@ def todo(run_dir: Path, pass_name: str, case_ids: list[str]) -> list[str]:
     return [c for c in case_ids if c not in done]
 
 
+def time_processes(run_dir: Path) -> int:
+    return store.time_processes(run_dir)
+
+
+def measure_parts(processes: int) -> tuple[str, ...]:
+    """The part files the check and time passes write: check, time (the first process) and
+    time_p2 ... time_p<processes> (the later ones)."""
+    return ("check", *store.time_parts(processes))
+
+
+def rotated(case_ids: list[str], k: int, processes: int) -> list[str]:
+    """The order the time pass's k-th process (k >= 2) takes the cases in: rotated by
+    (k - 1) / processes of the list, and reversed for even k (the second process times the
+    first case last), so no case is always timed early, or always late, in its process."""
+    n = len(case_ids)
+    cut = (k - 1) * n // max(1, processes)
+    out = case_ids[cut:] + case_ids[:cut]
+    return out[::-1] if k % 2 == 0 else out
+
+
 def run_shard(run_dir: Path, case_ids: list[str], *, device: str, limits: dict[str, float],
               log_path: Path, on_event: Callable[[dict], None], gpu: int | None = None,
               shard: str | None = None, env: dict | None = None,
               stop: threading.Event | None = None) -> None:
-    """Check + time `case_ids` (in this order) until each (pass, case) has a record.
+    """Check + time `case_ids` (in this order) until each (pass, case) has a record, then time
+    them again in the time pass's later processes (`timing.processes`; each its own worker,
+    `--tag time_p<k>`, the cases in `rotated` order, only those whose first timing was ok).
 
     `limits[case_id]` is the watchdog limit in seconds of one (pass, case); on expiry the
     worker's process group is killed and the case is recorded as `timeout`. Records of this
-    shard go to parts/<pass>.<shard>.jsonl (parts/<pass>.jsonl without a shard). Setting
+    shard go to parts/<part>.<shard>.jsonl (parts/<part>.jsonl without a shard). Setting
     `stop` (Ctrl-C seen by another thread) kills the worker and raises Interrupted.
     """
-    watch = CaseWatch(limits, stop)
-    host = socket.gethostname()
+    drive = Driver(run_dir, device=device, limits=limits, log_path=log_path,
+                    on_event=on_event, gpu=gpu, shard=shard, env=env, stop=stop)
+    drive.run(case_ids, MEASURE_PASSES, None)
+    n = time_processes(run_dir)
+    for k in range(2, n + 1):
+        timed = {r["case_id"] for r in store.read_parts(run_dir, "time") if r["status"] == "ok"}
+        ids = [c for c in rotated(case_ids, k, n) if c in timed]
+        part = measure_parts(k)[-1]
+        drive.run(ids, (part,), part)
 
-    def on_ev(ev):
-        watch.see(ev)
-        on_event({**ev, "gpu": gpu})
 
-    restarts = 0
-    rel_log = _rel(log_path, run_dir)
-    while True:
-        left = {p: set(todo(run_dir, p, case_ids)) for p in MEASURE_PASSES}
-        before = sum(len(v) for v in left.values())
-        if not before:
-            return
-        # the shard's own order, longest first, and only the cases still to do
-        pending = [c for c in case_ids if any(c in v for v in left.values())]
-        argv = worker_argv(run_dir, ",".join(MEASURE_PASSES), device, pending, shard=shard)
-        rc, timed_out = stream(argv, env or worker_env(device, gpu), log_path, on_ev,
-                               watchdog=watch.expired)
-        if stop is not None and stop.is_set():
-            raise Interrupted()
-        if watch.case and (timed_out or rc != 0):
-            pass_name, case_id = watch.pass_name, watch.case
-            if timed_out:
-                limit = limits.get(case_id)
-                err = (f"timed out after {limit:g} s (watchdog; timing.case_timeout_s); "
-                       f"log: {rel_log}")
-                status = "timeout"
-            else:
-                err = f"worker died ({describe_rc(rc)}); log: {rel_log}"
-                status = "error"
-            store.append_part(run_dir, pass_name, {"case_id": case_id, "status": status,
-                                                   "error": err, "gpu": gpu, "host": host},
-                              shard=shard)
-            on_event({"event": "done", "name": pass_name, "case_id": case_id, "status": status,
-                      "gpu": gpu})
-            watch.clear()
-        after = sum(len(todo(run_dir, p, case_ids)) for p in MEASURE_PASSES)
-        restarts += 1
-        if after == before or restarts > MAX_RESTARTS:
-            raise HarnessError(f"the worker makes no progress (exit {describe_rc(rc)}); "
-                               f"see {log_path}")
+class Driver:
+    """Worker processes for a list of cases until each of some parts has a record per case:
+    a worker that dies costs the case in flight (`error`), one that outlives its case's
+    watchdog limit costs that case (`timeout`), and a new worker goes on from the next."""
+
+    def __init__(self, run_dir: Path, *, device: str, limits: dict[str, float],
+                 log_path: Path, on_event: Callable[[dict], None], gpu: int | None,
+                 shard: str | None, env: dict | None, stop: threading.Event | None):
+        self.run_dir, self.device, self.limits, self.log_path = run_dir, device, limits, log_path
+        self.on_event, self.gpu, self.shard, self.env, self.stop = on_event, gpu, shard, env, stop
+
+    def run(self, case_ids: list[str], parts: tuple[str, ...], tag: str | None) -> None:
+        """`parts` are the worker's passes (check, time), or with `tag` the one part the
+        single `time` pass of the worker writes."""
+        run_dir, gpu = self.run_dir, self.gpu
+        watch = CaseWatch(self.limits, self.stop)
+        host = socket.gethostname()
+
+        def on_ev(ev):
+            watch.see(ev)
+            self.on_event({**ev, "gpu": gpu})
+
+        restarts = 0
+        rel_log = _rel(self.log_path, run_dir)
+        passes = "time" if tag else ",".join(parts)
+        while True:
+            left = {p: set(todo(run_dir, p, case_ids)) for p in parts}
+            before = sum(len(v) for v in left.values())
+            if not before:
+                return
+            # the shard's own order, longest first, and only the cases still to do
+            pending = [c for c in case_ids if any(c in v for v in left.values())]
+            argv = worker_argv(run_dir, passes, self.device, pending, tag=tag, shard=self.shard)
+            rc, timed_out = stream(argv, self.env or worker_env(self.device, gpu),
+                                   self.log_path, on_ev, watchdog=watch.expired)
+            if self.stop is not None and self.stop.is_set():
+                raise Interrupted()
+            if watch.case and (timed_out or rc != 0):
+                pass_name, case_id = watch.pass_name, watch.case
+                if timed_out:
+                    limit = self.limits.get(case_id)
+                    err = (f"timed out after {limit:g} s (watchdog; timing.case_timeout_s); "
+                           f"log: {rel_log}")
+                    status = "timeout"
+                else:
+                    err = f"worker died ({describe_rc(rc)}); log: {rel_log}"
+                    status = "error"
+                store.append_part(run_dir, pass_name, {"case_id": case_id, "status": status,
+                                                       "error": err, "gpu": gpu,
+                                                       "host": host}, shard=self.shard)
+                self.on_event({"event": "done", "name": pass_name, "case_id": case_id,
+                               "status": status, "gpu": gpu})
+                watch.clear()
+            after = sum(len(todo(run_dir, p, case_ids)) for p in parts)
+            restarts += 1
+            if after == before or restarts > MAX_RESTARTS:
+                raise HarnessError(f"the worker makes no progress (exit {describe_rc(rc)}); "
+                                   f"see {self.log_path}")
 
 
 def _rel(path: Path, root: Path) -> str:

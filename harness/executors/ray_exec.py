@@ -22,7 +22,8 @@ from pathlib import Path
 from harness import store
 from harness.errors import HarnessError
 from harness.executors.base import Executor
-from harness.executors.process import MEASURE_PASSES, PROJECT_ROOT, todo, worker_env
+from harness.executors.process import (PROJECT_ROOT, measure_parts, time_processes, todo,
+                                       worker_env)
 from harness.executors.schedule import shard
 
 MAX_ROUNDS = 3
@@ -79,7 +80,7 @@ def _task(files: dict[str, bytes], case_ids: list[str], device: str,
         run_shard(run_dir, case_ids, device=device, limits=limits, log_path=log,
                   on_event=lambda ev: None, env=env)
         records = {p: [r for r in store.read_parts(run_dir, p) if r["case_id"] in case_ids]
-                   for p in MEASURE_PASSES}
+                   for p in measure_parts(time_processes(run_dir))}
         return {"host": socket.gethostname(), "gpu": gpu, "records": records, "warm": warmed,
                 "picks": store.load_tuner_picks(run_dir),
                 "log": log.read_text(errors="replace")[-20000:]}
@@ -132,9 +133,9 @@ class RayExecutor(Executor):
         remote = ray.remote(max_retries=0, **opts)(_task)
         log = store.raw_dir(run_dir, "logs") / "measure.ray.log"
         warm = set(self.warm_ids(run_dir, case_ids, device))
+        parts = measure_parts(time_processes(run_dir))
         for _ in range(MAX_ROUNDS):
-            left = [c for c in case_ids if any(c in todo(run_dir, p, [c])
-                                                for p in MEASURE_PASSES)]
+            left = self._left(run_dir, parts, case_ids)
             if not left:
                 return
             files = self._files(run_dir)
@@ -158,9 +159,18 @@ class RayExecutor(Executor):
                                 f"{exc}]\n")
                     continue
                 self._gather(run_dir, out, log, on_event)
-        if any(todo(run_dir, p, case_ids) for p in MEASURE_PASSES):
+        if self._left(run_dir, parts, case_ids):
             raise HarnessError(f"--ray: cases still without results after {MAX_ROUNDS} rounds "
                                f"of tasks; see {log}")
+
+    @staticmethod
+    def _left(run_dir: Path, parts: tuple[str, ...], case_ids: list[str]) -> list[str]:
+        """The cases still without a record in a part they need: check and time, and the later
+        time processes' parts when their first timing was ok (process.run_shard)."""
+        timed = {r["case_id"] for r in store.read_parts(run_dir, "time") if r["status"] == "ok"}
+        need = {p: set(todo(run_dir, p, case_ids)) for p in parts}
+        return [c for c in case_ids
+                if any(c in need[p] for p in (parts if c in timed else parts[:2]))]
 
     def warm_ids(self, run_dir: Path, case_ids: list[str], device: str) -> list[str]:
         """The cases the tasks compile ahead (timing.compile_ahead, a GPU run): the unchecked
@@ -181,7 +191,7 @@ class RayExecutor(Executor):
     def _files(self, run_dir: Path) -> dict[str, bytes]:
         files = {name: (run_dir / name).read_bytes()
                  for name in (store.MANIFEST, "cases.parquet")}
-        for p in MEASURE_PASSES:  # done records: a resumed run does not redo them
+        for p in measure_parts(time_processes(run_dir)):  # done: a resumed run skips them
             recs = store.read_parts(run_dir, p)
             files[f"parts/{p}.jsonl"] = "".join(
                 store.json.dumps(r, default=store._json_default) + "\n" for r in recs).encode()
@@ -203,9 +213,9 @@ class RayExecutor(Executor):
         with open(log, "a") as f:
             f.write(f"--- task on {out['host']} (gpu {out['gpu']})\n{out['log']}\n")
         store.save_tuner_picks(run_dir, out.get("picks") or {}, shard="ray")
-        for p in MEASURE_PASSES:
+        for p, recs in out["records"].items():
             done = {r["case_id"] for r in store.read_parts(run_dir, p)}
-            for rec in out["records"][p]:
+            for rec in recs:
                 if rec["case_id"] in done:
                     continue  # shipped to the task as already done
                 rec = {**rec, "host": rec.get("host") or out["host"], "executor": "ray"}
