@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from cli_inproc import run_cli
 
 from harness import store
 
@@ -18,9 +19,9 @@ ENV = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
        "HARNESS_OPS": "harness_test_ops", "COLUMNS": "200"}
 
 
-def harness(*args, check=False, **kw):
-    p = subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, env=ENV,
-                       capture_output=True, text=True, timeout=600, **kw)
+def harness(*args, check=False):
+    """`python -m harness ARGS` (in this process: tests/cli_inproc.py), with the test op."""
+    p = run_cli(args, env=ENV)
     if check and p.returncode != 0:
         raise AssertionError(f"exit {p.returncode}\n{p.stdout}\n{p.stderr}")
     return p

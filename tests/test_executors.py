@@ -13,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from cli_inproc import run_cli
 from rich.console import Console
 
 from harness import spec, store
@@ -28,9 +29,8 @@ ENV = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
 H200 = {"gpu_name": "NVIDIA H200"}
 
 
-def harness(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, env=ENV,
-                          capture_output=True, text=True, timeout=timeout)
+def harness(*args):
+    return run_cli(args, env=ENV)  # in this process (tests/cli_inproc.py)
 
 
 # -- schedule (pure) -----------------------------------------------------------------------------

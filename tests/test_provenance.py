@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from cli_inproc import run_cli
 
 from harness import provenance, store
 from test_executors import test_ops  # noqa: F401  (fixture: the self-test op in-process)
@@ -121,9 +122,7 @@ def test_the_interpreter_compiles_nothing():
 
 
 def _run(*args, env=None):
-    p = subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, env=env or ENV,
-                       capture_output=True, text=True, timeout=600)
-    return p
+    return run_cli(args, env=env or ENV)  # in this process (tests/cli_inproc.py)
 
 
 def _only_run(root: Path) -> Path:

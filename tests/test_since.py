@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_inproc import run_cli
 from rich.console import Console
 from run_factory import CPU_ENV, GPU_ENV, case_id, ncu_rows, write_run
 
@@ -276,8 +277,7 @@ ENV = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
 
 
 def harness(*args):
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, env=ENV,
-                          capture_output=True, text=True, timeout=600)
+    return run_cli(args, env=ENV)  # in this process (tests/cli_inproc.py)
 
 
 @pytest.mark.slow
