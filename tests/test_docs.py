@@ -247,8 +247,10 @@ def _named_inputs(cmd: Command, a) -> tuple[str, list[tuple[str, str]]]:
     if isinstance(store_dir, list):  # dashboard: repeatable
         store_dir = store_dir[0]
     out = []
+    revs = cmd.verb == "ab"  # ab's --base/--head are git revisions, not runs
     for attr, kind in (("experiment", "file"), ("path", "path"), ("experiments", "dir"),
-                       ("run", "run"), ("base", "run"), ("cand", "run"), ("resume", "run")):
+                       ("run", "run"), ("base", "rev" if revs else "run"), ("cand", "run"),
+                       ("resume", "run")):
         v = getattr(a, attr, None)
         if isinstance(v, str) and v:
             out.append((kind, v))
@@ -260,6 +262,12 @@ def _named_inputs(cmd: Command, a) -> tuple[str, list[tuple[str, str]]]:
     return store_dir, [(k, v) for k, v in out if "<" not in v and not v.startswith("~")]
 
 
+def git_rev_syntax_ok(rev: str) -> bool:
+    """HEAD~1, main, a tag or a hash: what `git rev-parse` accepts in a full clone (CI's clone may
+    be shallow, so the revision itself is not looked up)."""
+    return bool(re.fullmatch(r"[A-Za-z0-9_./@{}-]+([~^][0-9]*)*", rev)) and ".." not in rev
+
+
 @pytest.mark.parametrize("key", list(BY_ID))
 def test_command_names_existing_files(key, sandbox, monkeypatch):
     cmd = BY_ID[key]
@@ -269,6 +277,8 @@ def test_command_names_existing_files(key, sandbox, monkeypatch):
         if kind == "run":
             assert _run_exists(value, store_dir), (
                 f"{cmd.where}: `{cmd}`: no run {value!r} under {store_dir}/ nor as a directory")
+        elif kind == "rev":  # a revision the user names: only its syntax can be checked
+            assert git_rev_syntax_ok(value), f"{cmd.where}: `{cmd}`: {value!r} is no revision"
         elif kind == "dir":
             assert (ROOT / value).is_dir(), f"{cmd.where}: `{cmd}`: no folder {value}"
         elif kind == "file":

@@ -12,7 +12,8 @@ from harness import store
 # columns added after the first examples were stored: older runs lack them, readers cope
 ADDED_LATER = {"cases": {"base_impl", "forced_config"},
                "results": {"config", "config_source", "code_hash", "compiled",
-                           "sm_clock_timed_mhz"}}
+                           "sm_clock_timed_mhz", "process_medians_ms"},
+               "samples": {"process"}}
 
 
 def test_there_are_examples_and_a_handful_is_rendered():
