@@ -7,7 +7,9 @@ own commit's). Both live in this one process. For each case without an `ab` reco
   check  each version against its own op's reference, as the check pass does (Worker._one:
          fresh inputs, NaN-poisoned outputs), the base first;
   time   only when both are correct: the same inputs (one set, when both ops make equal ones
-         from the same seed), an output buffer each, harness.interleave.bench_pair; then,
+         from the same seed) and the same output buffer (when both make one of one layout:
+         a memory-bound kernel's time depends on where its buffers lie, by a few % on an H100,
+         which would read as a change), harness.interleave.bench_pair; then,
          outside the samples, each version's peak memory and (GPU) compiled kernels;
   record check and time records into each run's parts (so every reader of a run sees an
          ordinary run), and the rounds into the head run's parts/ab.jsonl.
@@ -141,15 +143,19 @@ class AbWorker:
 
     # -- timing --------------------------------------------------------------------------------
     def _inputs(self, case_id: str, params, dtype: str) -> dict:
-        """Each version's inputs from the same seed; one set when they are equal."""
+        """Each version's inputs from the same seed; one set when they are equal (a tensor the
+        head's op makes differently from the same seed twice, such as a torch.empty workspace,
+        holds no content, so only its layout has to agree). One set matters: a memory-bound
+        kernel's time moves by a few % with where its buffers lie."""
         import torch
 
-        made = {}
-        for role, w in self.sides.items():
+        def make(w):
             gen = torch.Generator(device=self.device)
             gen.manual_seed(case_seed(self.head.seed, case_id) + 1)
-            made[role] = w.op.make_inputs(params, w._torch_dtype(dtype), self.device, gen)
-        if _equal(made["base"], made["head"]):
+            return w.op.make_inputs(params, w._torch_dtype(dtype), self.device, gen)
+
+        made = {role: make(w) for role, w in self.sides.items()}
+        if _equal(made["base"], made["head"], again=make(self.head)):
             made["base"] = made["head"]
         return made
 
@@ -159,10 +165,15 @@ class AbWorker:
         from harness import interleave, timing, tuning
 
         inputs = self._inputs(case_id, params, dtype)
-        fns, nbytes, impls = {}, {}, {}
+        fns, nbytes, impls, outs = {}, {}, {}, {}
         for role, w in self.sides.items():
-            impl = impls[role] = w.op.get_impl(impl_name)
-            out = w.op.make_out(inputs[role], params) if impl.accepts_out else None
+            impls[role] = w.op.get_impl(impl_name)
+            outs[role] = (w.op.make_out(inputs[role], params) if impls[role].accepts_out
+                          else None)
+        if outs["base"] is not None and _same_layout(outs["base"], outs["head"]):
+            outs["base"] = outs["head"]  # one buffer: where it lies in memory favours neither
+        for role, w in self.sides.items():
+            impl, out = impls[role], outs[role]
             fn = w.op.bind_impl(impl, inputs[role], params, out)
             forced = impl.split_config(w.forced.get(case_id) or {})
             fns[role] = _scoped(fn, self._scope(role, impl), forced)
@@ -215,16 +226,45 @@ def _scoped(fn, scope: str, forced: dict):
     return call
 
 
-def _equal(a: tuple, b: tuple) -> bool:
+def _same_layout(a, b) -> bool:
+    """Whether output buffers `a` and `b` (a tensor or a tuple/list of them) are
+    interchangeable: the same shapes, dtypes, strides and devices."""
     import torch
 
-    if len(a) != len(b):
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return (a.shape == b.shape and a.dtype == b.dtype and a.stride() == b.stride()
+                and a.device == b.device)
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)) and len(a) == len(b):
+        return all(_same_layout(x, y) for x, y in zip(a, b))
+    return False
+
+
+def _equal(a: tuple, b: tuple, again: tuple | None = None) -> bool:
+    """Whether input sets `a` and `b` are interchangeable: equal non-tensors, tensors of one
+    layout with the same bits, except where `a`'s op made the tensor with other bits the second
+    time (`again`, from the same seed): content nobody chose, such as a torch.empty workspace."""
+    import torch
+
+    if len(a) != len(b) or (again is not None and len(again) != len(a)):
         return False
-    for x, y in zip(a, b):
+    for i, (x, y) in enumerate(zip(a, b)):
         if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
-            if (x.shape != y.shape or x.dtype != y.dtype or x.device != y.device
-                    or x.stride() != y.stride() or not torch.equal(x, y)):
+            if not _same_layout(x, y):
                 return False
+            if not _same_bits(x, y):
+                z = again[i] if again is not None else None
+                if not (isinstance(z, torch.Tensor) and _same_layout(x, z)
+                        and not _same_bits(x, z)):
+                    return False
         elif isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor) or x != y:
             return False
     return True
+
+
+def _same_bits(x, y) -> bool:
+    import torch
+
+    if x.numel() == 0:
+        return True
+    return torch.equal(x.contiguous().reshape(-1).view(torch.uint8),
+                       y.contiguous().reshape(-1).view(torch.uint8))

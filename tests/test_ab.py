@@ -17,7 +17,7 @@ from rich.console import Console
 
 from harness import code_tree, show, store, tuning
 from harness.analysis.compare import compare_runs
-from harness.analysis.paired import MIN_EFFECT, MIN_ROUNDS, paired
+from harness.analysis.paired import MIN_EFFECT, MIN_EFFECT_MS, MIN_ROUNDS, paired
 from harness.errors import HarnessError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,6 +114,13 @@ def test_paired_statistic_on_known_rounds():
     assert few.mark == "ambiguous" and "too few paired rounds" in few.text
     wide = paired(base, base * 1.004 * (1 + rng.normal(0, 0.01, 60)))
     assert wide.mark == "ambiguous" and wide.mde > same.mde
+    # the band: MIN_EFFECT, or MIN_EFFECT_MS over a short kernel's time (a 10 us kernel: 2 %)
+    short = 0.01 * base  # ms
+    assert paired(short, short * 1.015).mark == "same"
+    assert paired(short, short * 1.015).band == pytest.approx(MIN_EFFECT_MS / 0.01, rel=0.01)
+    assert paired(short, short * 1.03).mark == "slower"
+    assert paired(10 * short, 10 * short * 1.015).mark == "slower"  # 100 us: 0.5 %
+    assert paired(short, short * 1.015, min_effect_ms=0).mark == "slower"
 
 
 def test_interleaved_rounds_alternate_on_the_cpu():
@@ -268,3 +275,26 @@ def test_ncu_counters_and_hot_lines_side_by_side(tmp_path):
     assert "registers 32 -> 40" in out and "DRAM throughput 80% -> 82%" in out
     assert "base · k: copy_kernel.py:21" in out and "60.0 %" in out
     assert "head · k: copy_kernel.py:21" in out and "70.0 %" in out
+
+
+def test_both_versions_share_inputs_and_outputs_of_one_layout():
+    """Where a buffer lies moves a memory-bound kernel's time by a few %: the two versions get
+    the same buffers whenever they are interchangeable, workspaces of unchosen content
+    included, and their own when the head's op makes other inputs."""
+    import torch
+
+    from harness.ab_worker import _equal, _same_layout
+
+    x = torch.randn(4, 8)
+    ws = [torch.full((16,), float(i)) for i in range(3)]  # what torch.empty gave three times
+    assert _equal((x, ws[0], 3), (x.clone(), ws[1], 3), again=(x.clone(), ws[2], 3))
+    assert not _equal((x, ws[0]), (x.clone(), ws[1]))  # no second making: content may matter
+    assert not _equal((x, ws[0]), (x + 1, ws[0]), again=(x.clone(), ws[0]))  # other values
+    assert not _equal((x, 3), (x, 4))
+    assert not _equal((x,), (x.t().contiguous().t(),), again=(x,))  # other strides
+    assert not _equal((x,), (x.double(),), again=(x,))
+    nan = torch.full((3,), float("nan"))
+    assert _equal((nan,), (nan.clone(),))  # the same bits, NaN or not
+    assert _same_layout((x, x), (torch.empty_like(x), torch.empty_like(x)))
+    assert not _same_layout(x, torch.empty(8, 4))
+    assert not _same_layout(x, None)

@@ -118,7 +118,7 @@ class Judge:
         self.rule.paired.append(p.mde)
         mark, text = self._credit(row, p.mark, p.text)
         return {"ratio": 1 / p.ratio, "ci_low": 1 / p.ci_high, "ci_high": 1 / p.ci_low,
-                "p_value": p.p_value, "mark": mark, "text": text, "threshold": self.ab[1],
+                "p_value": p.p_value, "mark": mark, "text": text, "threshold": p.band,
                 "clock_explained": False, "mde": p.mde, "method": "paired"}
 
     def _unjudged_paired(self, out: dict) -> dict:

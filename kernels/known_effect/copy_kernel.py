@@ -17,7 +17,10 @@ _tuner = Tuner("known_effect.copy", ("BLOCK", "num_warps"), configs=CONFIGS,
                values={"BLOCK": (1024, 2048, 4096, 8192), "num_warps": (2, 4, 8)})
 
 
-@triton.jit
+# n_extra and main_blocks are not specialised: every EXTRA runs one binary (Triton would
+# otherwise compile another when n_extra's divisibility by 16 changes, and that binary's own
+# speed would blur the effect)
+@triton.jit(do_not_specialize=["n_extra", "main_blocks"])
 def _copy_kernel(x_ptr, y_ptr, n, pad_ptr, scratch_ptr, n_extra, main_blocks,
                  BLOCK: tl.constexpr):
     pid = tl.program_id(0)
