@@ -25,7 +25,7 @@ import streamlit as st
 from harness import store
 from harness.analysis.summary import summary_frame
 from harness.profilers.metrics import short_kernel_name
-from harness.spec import DTYPE_SHORT
+from harness.experiment.spec import DTYPE_SHORT
 from harness.errors import HarnessError
 from harness.values import finite as _num
 
@@ -341,7 +341,7 @@ def summary_table(df: pd.DataFrame, cpu: bool) -> pd.DataFrame:
             out[name] = df[col]
     out["flags"] = df.get("flags", pd.Series([None] * len(df))).apply(
         lambda v: "; ".join(_flags(v)))
-    from harness.show import config_cells
+    from harness.present.show import config_cells
 
     cols = [c for c in ("op", "impl", "base_impl", "config", "config_source") if c in df]
     configs = config_cells(df[cols].to_dict("records"))  # launch config, where it varies

@@ -1,7 +1,7 @@
 """Figures only the dashboard draws (compare ratios, history, kernel timelines).
 
 The figures shared with reports (speedup vs shape, roofline, stalls, occupancy) live in
-`harness.charts`; these take the frames built by `dashboard.data`.
+`harness.present.charts`; these take the frames built by `dashboard.data`.
 """
 from __future__ import annotations
 

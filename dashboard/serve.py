@@ -3,7 +3,7 @@
 `python -m harness dashboard` starts `python dashboard/serve.py run dashboard/app.py ...` in
 place of `python -m streamlit run ...`: the same server, plus a thread that, as soon as the
 server's runtime exists, imports the pages' modules (pandas/pyarrow, dashboard.*,
-harness.charts), reads the runs table into the runtime's caches and builds plotly's template
+harness.present.charts), reads the runs table into the runtime's caches and builds plotly's template
 and trace types. A browser spends its first second or two loading the app's scripts; the
 first page then finds that work done, or in progress (a second caller of a cached loader waits
 for the first). `streamlit run dashboard/app.py` still works, with a slower first page.
@@ -34,8 +34,8 @@ def warm(app_args: list[str], wait_s: float = 60) -> None:
     import pyarrow.dataset  # noqa: F401  (pandas.read_parquet imports it on its first call)
 
     from dashboard import compare_data, data, figures, source_data, tables  # noqa: F401
-    from harness import charts
-    from harness.analysis import since, summary  # noqa: F401
+    from harness.present import charts
+    from harness.analysis import since, summary  # noqa: F401  # noqa: F401
 
     data.runs_frame(data.store_roots(app_args))
     warm_plotly(charts.LAYOUT)

@@ -18,7 +18,7 @@ from typing import Callable
 import pandas as pd
 import streamlit as st
 
-from harness.show import fmt_bytes
+from harness.present.show import fmt_bytes
 
 MISSING = "-"
 

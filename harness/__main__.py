@@ -1,4 +1,4 @@
-from harness import pycache
+from harness.execute import pycache
 
 pycache.apply_here()  # before anything imports torch
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 
 from harness.errors import HarnessError
-from harness.store_option import add_store_argument
+from harness.store.option import add_store_argument
 
 
 def _add_run(sub):
@@ -46,8 +46,10 @@ def _sigterm_as_interrupt(signum, frame):
 def _cmd_run(a, console: Console) -> int:
     import signal
 
-    from harness import runner, show
-    from harness.runner import Interrupted
+    from harness.present import show
+
+    from harness.execute import runner
+    from harness.execute.runner import Interrupted
 
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     if a.resume and a.experiment:
@@ -93,7 +95,7 @@ def _cmd_list(a, console: Console) -> int:
         console.print(f"[red]kernels/{name} failed to import:[/] {err}")
     exps = sorted(Path(a.experiments).glob("**/*.yaml"))
     if exps:
-        from harness import spec
+        from harness.experiment import spec
 
         t = Table(title=f"experiments in {a.experiments}/", header_style="bold")
         for c in ("file", "name", "op", "baseline", "candidates", "cases"):
@@ -140,13 +142,24 @@ def _list_runs(root: str, console: Console) -> None:
 
 
 def _cmd_show(a, console: Console) -> int:
-    from harness import show, store
+    from harness import store
+    from harness.present import show
 
     run_dir = store.resolve_run(a.run, a.store)
     if a.format == "json":
         print(json.dumps(show.to_json(run_dir), indent=2, default=str))
     else:
         show.render(run_dir, console)
+    return 0
+
+
+def _cmd_import(a, console: Console) -> int:
+    from harness.present import show
+    from harness.profilers.importer import import_path
+
+    run_dir = import_path(a.path, a.store, a.name, argv=["import", a.path])
+    show.render(run_dir, console)
+    console.print(f"imported into [bold]{run_dir}[/]")
     return 0
 
 
@@ -162,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="run id (under --store) or run directory")
     p.add_argument("--format", choices=("table", "json"), default="table")
     add_store_argument(p, out_alias=True)
+    from harness.profilers import importer
+
+    importer.add_arguments(sub.add_parser("import", help=importer.HELP))
     sub.add_parser("worker", help="(internal) the process that runs cases on the device",
                    add_help=False)
     for verb, modname in VERB_MODULES.items():
@@ -186,20 +202,19 @@ def _verb_module(modname: str):
     return importlib.import_module(modname)
 
 
-COMMANDS = {"run": _cmd_run, "list": _cmd_list, "show": _cmd_show}
+COMMANDS = {"run": _cmd_run, "list": _cmd_list, "show": _cmd_show, "import": _cmd_import}
 
 # Verbs implemented in their own modules. Each module defines
 #   HELP: str, add_arguments(parser) -> None, main(args, console) -> int
 # and raises HarnessError for user errors.
 VERB_MODULES = {
-    "ab": "harness.ab",
-    "doctor": "harness.doctor",
-    "calibrate": "harness.calibrate",
-    "import": "harness.importer",
-    "compare": "harness.analysis.compare_cli",
-    "report": "harness.report",
-    "picks": "harness.picks",
-    "new-op": "harness.newop",
+    "ab": "harness.present.ab_show",
+    "doctor": "harness.machine.doctor",
+    "calibrate": "harness.execute.calibrate",
+    "compare": "harness.present.compare_cli",
+    "report": "harness.present.report",
+    "picks": "harness.present.picks",
+    "new-op": "harness.experiment.newop",
     "dashboard": "dashboard.launch",
 }
 
@@ -207,7 +222,7 @@ VERB_MODULES = {
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["worker"]:
-        from harness import worker
+        from harness.execute import worker
 
         return worker.main(argv[1:])
     console = Console(stderr=False, highlight=False)

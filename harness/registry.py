@@ -100,10 +100,10 @@ class Impl:
 
     def all_tuners(self) -> dict[str, Any]:
         """prefix -> what chooses a launch config: the registered Tuners, then the
-        `triton.autotune` kernels reachable from `fn` (harness.autotune; found on first use,
+        `triton.autotune` kernels reachable from `fn` (harness.tuning.autotune; found on first use,
         once the kernels' modules are imported)."""
         if self._autotuned is None:
-            from harness.autotune import autotuned_kernels
+            from harness.tuning.autotune import autotuned_kernels
 
             self._autotuned = autotuned_kernels(self.fn, taken=self.tuners,
                                                 module_wide=self.backend in ("triton", "library"))

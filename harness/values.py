@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+from harness.errors import HarnessError
+
 
 def finite(x) -> float | None:
     """x as a float, or None when it is missing, not a number, or NaN (parquet nulls)."""
@@ -11,3 +13,15 @@ def finite(x) -> float | None:
     except (TypeError, ValueError):
         return None
     return None if math.isnan(v) else v
+
+
+def parse_pct(text: str, flag: str = "--fail-on-regression") -> float:
+    """'5%' or '5' -> 0.05 (percent)."""
+    t = str(text).strip().removesuffix("%").strip()
+    try:
+        v = float(t)
+    except ValueError:
+        raise HarnessError(f"{flag}: expected a percentage like 5% , got {text!r}") from None
+    if not 0 <= v < 1000 or math.isnan(v):
+        raise HarnessError(f"{flag}: {text!r} is not a percentage in [0, 1000)")
+    return v / 100

@@ -259,12 +259,12 @@ class Tuner:
         spent 6 launches on its estimate and at least one on warm-up before each timing, and
         timed a launch longer than REP_MS once: on an H200 the Tuners' timing was 26.5 of
         flash.yaml's 55 s cold check pass, and a 6 ms candidate was judged on one sample.
-        The host's launch time is hidden (harness.timing.hiding_cycles) as in the harness's
+        The host's launch time is hidden (harness.execute.timing.hiding_cycles) as in the harness's
         own timing: a form launching two kernels must not lose on Python time the case's
         timing does not count."""
         import torch
 
-        from harness.timing import flushed_call_ms, hiding_cycles
+        from harness.execute.timing import flushed_call_ms, hiding_cycles
 
         fn, flush = (lambda: launch(cfg)), _l2_flusher()
         n = max(MIN_REPS, min(MAX_REPS, int(REP_MS / flushed_call_ms(fn, flush, 2))))
@@ -378,9 +378,9 @@ _FLUSHER: list = []
 
 
 def _l2_flusher():
-    """This process's L2 flusher for timing (harness.timing.Flusher, made on first use)."""
+    """This process's L2 flusher for timing (harness.execute.timing.Flusher, made on first use)."""
     if not _FLUSHER:
-        from harness.timing import Flusher
+        from harness.execute.timing import Flusher
 
         _FLUSHER.append(Flusher("cuda", True))
     return _FLUSHER[0]

@@ -15,7 +15,11 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from harness import code_tree, show, store, tuning
+from harness import store, tuning
+
+from harness.present import show
+
+from harness.execute import code_tree
 from harness.analysis.compare import compare_runs
 from harness.analysis.paired import MIN_EFFECT, MIN_EFFECT_MS, MIN_ROUNDS, paired
 from harness.errors import HarnessError
@@ -74,7 +78,7 @@ def test_ab_stores_a_pair_of_ordinary_runs(ab_pair):
 @pytest.mark.slow
 def test_every_reader_reads_the_pair_and_the_cpu_is_never_judged(ab_pair):
     from dashboard.compare_data import time_table
-    from harness.report import Report
+    from harness.present.report import Report
 
     base, head = ab_pair["base"], ab_pair["head"]
     out = ab_pair["stdout"]
@@ -124,7 +128,7 @@ def test_paired_statistic_on_known_rounds():
 
 
 def test_interleaved_rounds_alternate_on_the_cpu():
-    from harness.interleave import MIN_ROUNDS_CPU, bench_pair
+    from harness.execute.interleave import MIN_ROUNDS_CPU, bench_pair
 
     calls = []
 
@@ -241,7 +245,7 @@ def test_the_aa_script_snapshots_kernels_and_counts_marks(tmp_path):
                                                          for f in files)
     top = subprocess.run(["git", "-C", str(ROOT / "kernels"), "rev-parse", "--show-toplevel"],
                          env=env, capture_output=True, text=True, check=True).stdout.strip()
-    assert Path(top).resolve() == ROOT.resolve()  # what harness.code_tree will see
+    assert Path(top).resolve() == ROOT.resolve()  # what harness.execute.code_tree will see
     rows = [{"impl": "triton", "key": "a", "mark": "same", "method": "paired", "text": "same"},
             {"impl": "torch", "key": "b", "mark": "slower", "method": "measured",
              "text": "1.10x slower"}]
@@ -256,7 +260,7 @@ def test_ncu_counters_and_hot_lines_side_by_side(tmp_path):
     import pandas as pd
     from run_factory import case_id, ncu_rows, write_run
 
-    from harness.ab_show import side_by_side
+    from harness.present.ab_show import side_by_side
 
     cid = case_id("triton", 1024)
     base = write_run(tmp_path, minutes=0, medians={"triton/1024": 1.0}, metrics=ncu_rows(
@@ -283,7 +287,7 @@ def test_both_versions_share_inputs_and_outputs_of_one_layout():
     included, and their own when the head's op makes other inputs."""
     import torch
 
-    from harness.ab_worker import _equal, _same_layout
+    from harness.execute.ab_worker import _equal, _same_layout
 
     x = torch.randn(4, 8)
     ws = [torch.full((16,), float(i)) for i in range(3)]  # what torch.empty gave three times

@@ -1,4 +1,4 @@
-"""`triton.autotune` kernels as tunables (harness.autotune): a user-style module outside the
+"""`triton.autotune` kernels as tunables (harness.tuning.autotune): a user-style module outside the
 repository (loaded through $HARNESS_OPS) whose SwiGLU kernel is autotuned over 6 configs;
 `variants:` forcing 2 of them run as 2 candidates in the CPU interpreter and pass; a config the
 kernel rejects is a one-line error; the autotuner's own timings become pick evidence (its GPU
@@ -16,7 +16,11 @@ import pytest
 import torch
 from run_factory import GPU_ENV, case_id, write_run
 
-from harness import autotune, spec, store, tuning
+from harness import store, tuning
+
+from harness.experiment import spec
+
+from harness.tuning import autotune
 from harness.errors import SpecError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -376,7 +380,7 @@ def test_a_pruner_that_needs_the_arguments_rejects_a_forced_config_at_the_call(s
 
 
 def test_several_autotuned_kernels_are_prefixed_and_heuristics_run_on_the_cpu(sim, monkeypatch):
-    from harness.correctness import check_impl
+    from harness.execute.correctness import check_impl
     from harness.registry import Op, Param
 
     mod, single, both = sim
@@ -434,8 +438,8 @@ def test_the_since_block_says_when_the_autotuner_chose_differently(tmp_path):
 
 
 def test_the_next_run_does_not_inherit_autotune_picks(tmp_path):
-    from harness.previous import inherit_picks
-    from harness.provenance import code_hash
+    from harness.execute.previous import inherit_picks
+    from harness.tuning.provenance import code_hash
     from harness.registry import get_op
 
     op = get_op("softmax")
@@ -469,7 +473,7 @@ def test_a_flag_valued_config_kwarg_takes_true_and_false_only():
     import triton
 
     from harness.registry import Impl
-    from harness.variants import _check_value
+    from harness.experiment.variants import _check_value
 
     at = SimpleNamespace(configs=[triton.Config({"BLOCK": 64, "EVEN": True}),
                                   triton.Config({"BLOCK": 64, "EVEN": False})],

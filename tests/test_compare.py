@@ -15,7 +15,7 @@ import pytest
 from harness import cli, store
 from harness.analysis.compare import (Comparison, TimeDiff, compare_runs, compare_samples,
                                       env_problems)
-from harness.analysis.compare_cli import parse_pct, to_json, to_markdown
+from harness.present.compare_cli import parse_pct, to_json, to_markdown
 from harness.errors import HarnessError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "runs"

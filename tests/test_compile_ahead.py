@@ -1,4 +1,4 @@
-"""Compile-ahead (harness.executors.warm): a few worker processes call each case of the
+"""Compile-ahead (harness.execute.executors.warm): a few worker processes call each case of the
 implementations that JIT-compile before the check pass, with the Tuners compiling every
 candidate and timing none. Run here with real CPU worker processes and the self-test op."""
 import os
@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import spec, store, tuning
-from harness.executors.schedule import compile_workers, warm_shards
-from harness.executors.warm import compile_ahead
+from harness import store, tuning
+
+from harness.experiment import spec
+from harness.execute.executors.schedule import compile_workers, warm_shards
+from harness.execute.executors.warm import compile_ahead
 from kernels._tuner import Tuner
 
 from test_executors import _run_dir, test_ops  # noqa: F401  (fixture)
@@ -37,7 +39,7 @@ def _classes(impls: dict[str, str], n_classes: int, per_class: int):
 
 
 def test_warm_shards_keep_a_class_in_one_worker_and_torch_compile_on_few_workers(monkeypatch):
-    from harness.executors import schedule
+    from harness.execute.executors import schedule
 
     # the cost model's proportions (its measured values may move): setup 8, a graph 3, other 2
     monkeypatch.setattr(schedule, "WARM_SETUP_S", {"compile": 8.0})
@@ -74,8 +76,8 @@ def test_warm_shards_keep_a_class_in_one_worker_and_torch_compile_on_few_workers
 
 def test_compile_units_group_the_sizes_of_one_kernel_class(tmp_path):
     from harness.registry import get_op
-    from harness.results import cases_frame
-    from harness.executors.warm import compile_units
+    from harness.store.results import cases_frame
+    from harness.execute.executors.warm import compile_units
     import kernels  # noqa: F401  (registers the ops)
 
     exp = spec.from_dict({
@@ -112,7 +114,7 @@ def test_compile_workers_one_per_four_cores_capped():
     assert compile_workers(64, 3) == 3 and compile_workers(8, 0) == 0
     # a two-GPU host (32 cores): four per GPU; its cores still bound it
     assert compile_workers(32, 100, 2) == 8 and compile_workers(16, 100, 2) == 4
-    from harness.executors.schedule import workers_per_gpu
+    from harness.execute.executors.schedule import workers_per_gpu
 
     assert workers_per_gpu(8, 2) == 4 and workers_per_gpu(5, 2) == 3
     assert workers_per_gpu(3, 1) == 3 and workers_per_gpu(0, 2) == 0
@@ -201,8 +203,8 @@ def test_runner_compiles_ahead_only_compiling_impls_and_only_on_a_gpu(tmp_path, 
     from rich.console import Console
     from rich.progress import Progress
 
-    import harness.executors.warm as warm
-    from harness.runner import Runner, wall_line
+    import harness.execute.executors.warm as warm
+    from harness.execute.runner import Runner, wall_line
 
     calls = []
 
@@ -256,9 +258,9 @@ def test_cases_compiled_by_the_previous_run_on_this_host_are_not_warmed_again(tm
 
     import pandas as pd
 
-    from harness.provenance import code_hash
+    from harness.tuning.provenance import code_hash
     from harness.registry import registry
-    from harness.previous import compiled_before
+    from harness.execute.previous import compiled_before
 
     op = registry().get_op("scale2")
     env = {"device": "cpu", "hostname": socket.gethostname(), "torch": "2.x", "triton": "3.x"}
@@ -307,8 +309,8 @@ def test_ray_tasks_compile_their_jit_cases_ahead_on_a_gpu(tmp_path, test_ops, mo
     of JIT-compiling impls (less those this host compiled for the previous run, with
     `--ray local` only), a task warms its share of them on its GPU before its shard, and the
     driver records what the tasks did; nothing on a CPU run or with compile_ahead off."""
-    from harness.executors import ray_exec, warm
-    from harness.executors.ray_exec import RayExecutor
+    from harness.execute.executors import ray_exec, warm
+    from harness.execute.executors.ray_exec import RayExecutor
 
     run, ids = _run_dir(tmp_path, ["warm_tuned", "zeros"])
     ex = object.__new__(RayExecutor)  # no Ray needed to choose the cases

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import report_context
+from harness.present import report_context
 from harness.analysis.roofline import Ceilings, place
 from harness.analysis.verdict import assess
 from harness.registry import Params, get_op
@@ -116,7 +116,7 @@ def test_real_h200_curve_and_a_layernorm_run_placed_on_it():
     short of the 1 GiB rate), and the stored `pct_of_size_copy` of each memory-bound case is its
     GB/s over the curve at its own bytes."""
     from harness import store
-    from harness.results import ITEMSIZE
+    from harness.store.results import ITEMSIZE
 
     run = Path(__file__).parent.parent / "runs" / "examples" / "20261123T192831Z-layernorm-db33"
     cal = store.load_manifest(run)["calibration"]

@@ -4,7 +4,7 @@ import torch
 import triton
 import triton.language as tl
 
-from harness.correctness import check, compare
+from harness.execute.correctness import check, compare
 from harness.registry import Params, registry
 
 import harness_test_ops  # noqa: F401  (registers the self-test op `scale2`)
@@ -77,7 +77,7 @@ def test_every_registered_triton_impl_is_correct_on_the_smoke_sweep():
     """All committed experiments' Triton candidates pass on their smoke cases (interpreter)."""
     from pathlib import Path
 
-    from harness import spec
+    from harness.experiment import spec
 
     root = Path(__file__).resolve().parent.parent
     exp = spec.load(root / "experiments" / "softmax.yaml")
@@ -91,7 +91,7 @@ def test_every_registered_triton_impl_is_correct_on_the_smoke_sweep():
 
 
 def test_reference_is_computed_once_per_shape_and_trial_and_shared_by_impls(monkeypatch):
-    from harness import correctness
+    from harness.execute import correctness
 
     calls = []
     real = OP.run_reference
@@ -109,7 +109,7 @@ def test_reference_is_computed_once_per_shape_and_trial_and_shared_by_impls(monk
 
 
 def test_cached_reference_still_fails_a_wrong_impl_and_ignores_input_writes():
-    from harness import correctness
+    from harness.execute import correctness
     from harness.registry import Impl
 
     def clobber(x):  # writes into its input, then returns the right answer for the new values

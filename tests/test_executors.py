@@ -16,11 +16,13 @@ import pytest
 from cli_inproc import run_cli
 from rich.console import Console
 
-from harness import spec, store
+from harness import store
+
+from harness.experiment import spec
 from harness.errors import HarnessError
-from harness.executors import make_executor
-from harness.executors.gpus import GpuExecutor
-from harness.executors.schedule import (case_timeout_s, estimate_s, longest_first, parse_gpus,
+from harness.execute.executors import make_executor
+from harness.execute.executors.gpus import GpuExecutor
+from harness.execute.executors.schedule import (case_timeout_s, estimate_s, longest_first, parse_gpus,
                                         shard)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -136,7 +138,7 @@ def test_make_executor_gpus_on_a_gpu_less_machine_and_both_flags():
 # -- the per-GPU executor with fake devices, real CPU workers -------------------------------------
 
 def _run_dir(tmp_path, impls, n=(64, 1000), extra=""):
-    from harness.results import cases_frame
+    from harness.store.results import cases_frame
     exp = spec.from_dict({
         "name": "selftest", "op": "scale2", "baseline": "torch", "candidates": impls,
         "sweep": {"N": list(n)}, "dtypes": ["float32"],
@@ -163,7 +165,7 @@ def test_ops(monkeypatch):
 def test_gpus_executor_shards_records_gpu_and_survives_a_killed_and_a_hung_worker(tmp_path,
                                                                                  test_ops):
     from harness.registry import registry
-    from harness.results import consolidate
+    from harness.store.results import consolidate
     run, ids = _run_dir(tmp_path, ["segfault", "hang"], extra={"case_timeout_s": 3})
     cost = {c: (10.0 if c.startswith(("segfault", "hang")) else 1.0) for c in ids}
     ex = GpuExecutor([0, 1], {0: H200, 1: H200})
@@ -333,7 +335,7 @@ def test_ray_local_smoke_sweep_of_softmax_lands_a_normal_run(tmp_path):
 
 def test_compare_and_verdicts_refuse_a_run_that_mixes_gpu_models(tmp_path):
     from harness.analysis.compare import mixed_gpu_problems
-    from harness.results import gpu_models
+    from harness.store.results import gpu_models
     import pandas as pd
     run = store.create_run(tmp_path, "x", {"experiment": {"name": "x"}})
     store.write_table(run, "cases", pd.DataFrame({
@@ -344,7 +346,7 @@ def test_compare_and_verdicts_refuse_a_run_that_mixes_gpu_models(tmp_path):
 
 
 def test_wall_line_and_run_env_of_the_first_gpu():
-    from harness.runner import _run_env, wall_line
+    from harness.execute.runner import _run_env, wall_line
     assert wall_line({"total": 130.44, "nsys": 25.3, "check": 41.2, "time": 33.0,
                       "ncu": 20.1}) == ("wall: check 41.2 s · time 33.0 s · ncu 20.1 s · "
                                         "nsys 25.3 s · total 130.4 s")
@@ -357,7 +359,7 @@ def test_wall_line_and_run_env_of_the_first_gpu():
 def test_ctrl_c_stops_every_gpu_worker_and_the_run_resumes(tmp_path, test_ops, monkeypatch):
     import _thread
     import threading
-    from harness.executors.process import Interrupted
+    from harness.execute.executors.process import Interrupted
     monkeypatch.setenv("HARNESS_TEST_SLOW_S", "0.5")
     run, ids = _run_dir(tmp_path, ["slow"], n=(64, 100, 1000))
     ex = GpuExecutor([0, 1])
@@ -389,7 +391,7 @@ _WRAP = ("import os, pathlib, subprocess, sys; out = pathlib.Path(sys.argv[1]); 
 
 
 def test_shard_by_impl_keeps_light_implementations_whole_and_splits_the_tail():
-    from harness.executors.schedule import PROFILE_SETUP_S as S, shard_by_impl
+    from harness.execute.executors.schedule import PROFILE_SETUP_S as S, shard_by_impl
     ids = [f"{i}.N={n}" for i in ("a", "b", "c") for n in (1, 2, 3)]
     impl_of = {c: c.split(".")[0] for c in ids}
     # light implementations: each whole on one GPU, a balanced pair
@@ -412,7 +414,7 @@ def test_shard_by_impl_keeps_light_implementations_whole_and_splits_the_tail():
 
 
 def test_shard_profilers_deals_both_passes_onto_the_gpus_together():
-    from harness.executors.schedule import shard_profilers
+    from harness.execute.executors.schedule import shard_profilers
     # per-implementation seconds of flash.yaml's passes on an H200 (ncu: one case each)
     ncu = {"naive": 8.3, "torch_compile": 5.6, "triton_flash": 4.4, "sdpa_efficient": 2.2,
            "fused_mha": 1.9, "sdpa_flash": 1.7, "sdpa_cudnn": 0.9}
@@ -451,7 +453,7 @@ def test_shard_profilers_deals_both_passes_onto_the_gpus_together():
 
 
 def test_profile_shards_weigh_cases_by_the_previous_runs_profiler_seconds(tmp_path):
-    from harness.previous import previous_profile_s
+    from harness.execute.previous import previous_profile_s
     from run_factory import write_run
 
     old = write_run(tmp_path, minutes=0, medians={"a/64": 1.0})
@@ -496,7 +498,7 @@ def test_profiler_passes_share_the_gpus_side_by_side(tmp_path, test_ops, monkeyp
     from rich.progress import Progress
 
     from harness.profilers import base
-    from harness.runner import Runner, wall_line
+    from harness.execute.runner import Runner, wall_line
 
     for name in ("slowprof", "fastprof"):
         monkeypatch.setitem(base._REGISTRY, name, _fake_profiler(name))
@@ -546,7 +548,7 @@ def test_profiler_pass_shards_implementations_over_gpus_and_merges(tmp_path, tes
     from rich.progress import Progress
 
     from harness.profilers import base
-    from harness.runner import Runner
+    from harness.execute.runner import Runner
 
     monkeypatch.setitem(base._REGISTRY, "fakeprof", _fake_profiler("fakeprof"))
     run, ids = _run_dir(tmp_path, ["zeros", "nan"])

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from harness import newop, store
+from harness import store
+
+from harness.experiment import newop
 from harness.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent

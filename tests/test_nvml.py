@@ -1,10 +1,12 @@
-"""harness.nvml: the in-process GPU state reader the worker uses instead of one nvidia-smi per
+"""harness.machine.nvml: the in-process GPU state reader the worker uses instead of one nvidia-smi per
 case, through NVIDIA's binding (nvidia-ml-py's `pynvml`). The binding is faked at its module
 boundary (this machine has no NVIDIA driver); that the real one is importable and says so
 without a driver is checked too."""
 import pytest
 
-from harness import nvml, worker
+from harness.machine import nvml
+
+from harness.execute import worker
 
 
 class NVMLError(Exception):
@@ -95,11 +97,11 @@ def test_worker_falls_back_to_nvidia_smi_without_nvml(monkeypatch):
         return [{"gpu_name": "NVIDIA H100", "sm_clock_mhz": 1755.0, "mem_clock_mhz": 2619.0,
                  "gpu_temp_c": 35.0, "driver": "580"}]
 
-    monkeypatch.setattr("harness.env.query_gpus", smi)
+    monkeypatch.setattr("harness.machine.env.query_gpus", smi)
     assert worker.gpu_state(1) == {"gpu_name": "NVIDIA H100", "sm_clock_mhz": 1755.0,
                                    "mem_clock_mhz": 2619.0, "gpu_temp_c": 35.0}
     assert calls == [1]
-    monkeypatch.setattr("harness.env.query_gpus", lambda index=None, timeout=10.0: [])
+    monkeypatch.setattr("harness.machine.env.query_gpus", lambda index=None, timeout=10.0: [])
     assert worker.gpu_state(0) == {}
 
 
@@ -107,7 +109,7 @@ def test_worker_prefers_nvml(monkeypatch):
     monkeypatch.setattr(nvml, "gpu_state", lambda index: {"gpu_name": "X", "sm_clock_mhz": 1.0,
                                                           "mem_clock_mhz": 2.0,
                                                           "gpu_temp_c": 3.0})
-    monkeypatch.setattr("harness.env.query_gpus", lambda **kw: pytest.fail("nvidia-smi called"))
+    monkeypatch.setattr("harness.machine.env.query_gpus", lambda **kw: pytest.fail("nvidia-smi called"))
     assert worker.gpu_state(0)["gpu_name"] == "X"
 
 
@@ -125,7 +127,7 @@ def test_sm_clock_is_the_reading_of_the_asked_gpu_or_none():
 
 
 def test_the_clock_under_load_is_the_median_of_the_batch_readings():
-    from harness.timing import Samples
+    from harness.execute.timing import Samples
 
     assert Samples((1.0, 1.1), "cuda_events", (1815.0, 1830.0, 1965.0)).summary()[
         "sm_clock_timed_mhz"] == 1830.0

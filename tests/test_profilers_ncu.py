@@ -14,7 +14,7 @@ import pytest
 
 from harness.profilers import ncu_parse as P
 from harness.profilers.ncu import Ncu, check_log
-from harness.spec import NcuOptions
+from harness.experiment.spec import NcuOptions
 
 FIX = Path(__file__).parent / "fixtures" / "ncu"
 TRITON_8K = "triton.M=8192.N=8192.float16"

@@ -13,7 +13,9 @@ from types import SimpleNamespace
 import pytest
 from cli_inproc import run_cli
 
-from harness import provenance, store
+from harness import store
+
+from harness.tuning import provenance
 from test_executors import test_ops  # noqa: F401  (fixture: the self-test op in-process)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -219,7 +221,7 @@ def test_a_bad_variant_is_one_line_exit_2_and_writes_nothing(tmp_path):
 
 def test_the_next_run_of_unchanged_code_keeps_the_picks_and_retune_times_again(tmp_path,
                                                                             test_ops):
-    from harness.previous import inherit_picks
+    from harness.execute.previous import inherit_picks
     from harness.registry import registry
 
     exp = tmp_path / "t.yaml"

@@ -3,7 +3,7 @@ import os
 import subprocess
 import sys
 
-from harness.executors.process import worker_env
+from harness.execute.executors.process import worker_env
 
 
 def test_worker_env_moves_bytecode_under_the_private_prefix(monkeypatch, tmp_path):

@@ -21,7 +21,7 @@ import pytest
 
 from harness import cli
 from harness.errors import HarnessError
-from harness.report import Report, export_pngs, write_report
+from harness.present.report import Report, export_pngs, write_report
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures" / "runs"
@@ -262,10 +262,11 @@ def test_budget_cuts_case_rows_first_then_per_kernel_detail():
     assert html.count("<tr><td class=\"l\">M=") == 18 + 6 + 6 and "Occupancy and registers" in html
 
 
-# -- harness.charts: the API the dashboard codes against --------------------------------------
+# -- harness.present.charts: the API the dashboard codes against --------------------------------------
 
 def test_chart_builders_on_the_real_run():
-    from harness import charts, store
+    from harness import store
+    from harness.present import charts
     from harness.analysis.summary import summary_frame
 
     run = FIXTURES / H200

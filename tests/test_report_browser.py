@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.report import write_report
+from harness.present.report import write_report
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures" / "runs"

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 from example_runs import representative
 
-from harness import report_budget, store
-from harness.report import Report
+from harness import store
+
+from harness.present import report_budget
+from harness.present.report import Report
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "runs" / "examples"

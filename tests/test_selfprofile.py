@@ -3,7 +3,9 @@ under raw/harness_profile/; without the flag nothing is written and nothing is i
 import os
 import pstats
 
-from harness import selfprofile, store
+from harness import store
+
+from harness.execute import selfprofile
 from test_cli import _exp, harness, only_run
 
 
@@ -31,7 +33,7 @@ def test_run_profile_harness_profiles_driver_and_workers(tmp_path):
     names = sorted(p.name.rsplit("-", 1)[0] for p in (run / "raw" / "harness_profile").glob("*.txt"))
     assert names == ["driver", "worker-check-time"]
     text = next((run / "raw" / "harness_profile").glob("worker-check-time-*.txt")).read_text()
-    assert "harness/worker.py" in text and "cumulative" in text
+    assert "harness/execute/worker.py" in text and "cumulative" in text
     # the next run in the same store, without the flag: no profile
     harness("run", str(exp), "--store", str(store_dir), check=True)
     newest = max((d for d in store_dir.iterdir() if (d / "manifest.json").exists()),

@@ -21,7 +21,9 @@ from cli_inproc import run_cli
 from rich.console import Console
 from run_factory import CPU_ENV, GPU_ENV, case_id, ncu_rows, write_run
 
-from harness import show, store
+from harness import store
+
+from harness.present import show
 from harness.analysis import pairing
 from harness.analysis.pairing import Against
 from harness.analysis.since import (print_since, since_data, since_html, since_json,
@@ -104,7 +106,7 @@ def provenance(block: int, regs: int, spills: int, code: str) -> dict[str, dict]
     for i in ("torch", "triton", "torch_compile", "liger"):
         for n in SHAPES:
             out[case_id(i, n)] = {"code_hash": f"{i}-{code if i == 'triton' else 'same'}"}
-    cid = case_id("triton", 1024)  # as the worker records them (harness.provenance)
+    cid = case_id("triton", 1024)  # as the worker records them (harness.tuning.provenance)
     out[cid].update(config=json.dumps({"fwd": {"BLOCK": block, "num_warps": 4}}),
                     compiled=json.dumps([{"kernel": "softmax_kernel", "registers": regs,
                                           "spills": spills, "shared_bytes": 0, "num_warps": 4,
@@ -247,7 +249,7 @@ def test_explicit_pair_across_machines_is_compared_loudly(tmp_path):
 
 
 def test_report_puts_the_block_at_the_top(tmp_path):
-    from harness.report import Report
+    from harness.present.report import Report
 
     before = tmp_path / H200
     shutil.copytree(FIXTURES / H200, before)
@@ -325,7 +327,7 @@ def test_run_records_against_auto_explicit_and_none(tmp_path):
 
 
 def test_resume_of_a_complete_run_pairs_it_again(tmp_path):
-    from harness import runner
+    from harness.execute import runner
 
     older = write_run(tmp_path, minutes=0, medians=ONE)
     this = write_run(tmp_path, minutes=5, medians=ONE, seed=2)

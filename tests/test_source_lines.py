@@ -142,7 +142,7 @@ def _cases(*impls, op="softmax"):
 
 def test_option_auto_is_on_for_triton_cases_only(tmp_path):
     from harness.profilers.ncu import Ncu, any_triton
-    from harness.spec import NcuOptions
+    from harness.experiment.spec import NcuOptions
 
     cases = _cases("triton", "torch")
     assert any_triton(cases, list(cases.case_id))
@@ -166,7 +166,7 @@ def test_extra_tables_from_the_report(tmp_path):
     import shutil
 
     from harness.profilers.ncu import Ncu
-    from harness.spec import NcuOptions
+    from harness.experiment.spec import NcuOptions
 
     shutil.copy(FIX / "src_softmax.ncu-rep", tmp_path / "report.ncu-rep")
     ncu = Ncu()
@@ -182,7 +182,7 @@ def test_extra_tables_csv_fallback_without_ncu_report(tmp_path, monkeypatch):
     import shutil
 
     from harness.profilers import ncu as N
-    from harness.spec import NcuOptions
+    from harness.experiment.spec import NcuOptions
 
     shutil.copy(FIX / "src_softmax.ncu-rep", tmp_path / "report.ncu-rep")
     shutil.copy(FIX.parent / "ncu" / "sections_only_softmax_raw.csv", tmp_path / "raw.csv")
@@ -225,7 +225,7 @@ def test_store_round_trip(tmp_path):
 
 def test_import_ncu_rep_stores_source_lines(tmp_path):
     from harness import store
-    from harness.importer import import_path
+    from harness.profilers.importer import import_path
 
     run = import_path(FIX / "src_flash.ncu-rep", tmp_path)
     lines = store.load_source_lines(run)
@@ -237,7 +237,7 @@ def test_import_ncu_rep_stores_source_lines(tmp_path):
 def test_import_source_page_csv(tmp_path):
     from harness import store
     from harness.errors import ImportFormatError
-    from harness.importer import import_path
+    from harness.profilers.importer import import_path
 
     run = import_path(FIX / "src_softmax_source.csv", tmp_path)
     lines = store.load_source_lines(run)
@@ -253,8 +253,8 @@ def test_import_source_page_csv(tmp_path):
 def test_show_hot_lines_and_json(tmp_path):
     from rich.console import Console
 
-    from harness import show
-    from harness.importer import import_path
+    from harness.present import show
+    from harness.profilers.importer import import_path
 
     run = import_path(FIX / "src_flash.ncu-rep", tmp_path)
     con = Console(record=True, width=200)
@@ -275,8 +275,8 @@ def test_show_hot_lines_and_json(tmp_path):
 # -- report --------------------------------------------------------------------------------------
 
 def test_report_hot_lines_section(tmp_path):
-    from harness.importer import import_path
-    from harness.report import write_report
+    from harness.profilers.importer import import_path
+    from harness.present.report import write_report
 
     run = import_path(FIX / "src_softmax.ncu-rep", tmp_path / "runs")
     write_report(run, tmp_path / "rep", fmt="both", png=False, store_arg=str(run.parent))

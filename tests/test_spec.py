@@ -3,7 +3,7 @@ import textwrap
 
 import pytest
 
-from harness import spec
+from harness.experiment import spec
 from harness.errors import SpecError
 
 GOOD = """

@@ -189,8 +189,8 @@ def test_two_processes_on_a_gpu_one_on_the_cpu_unless_the_yaml_says(tmp_path):
 
 
 def test_each_process_takes_its_share_of_the_budget_in_its_own_order():
-    from harness.executors.process import measure_parts, rotated
-    from harness.timing import share
+    from harness.execute.executors.process import measure_parts, rotated
+    from harness.execute.timing import share
 
     one = dict(warmup_ms=25.0, rep_ms=100.0, min_samples=10, max_samples=5000,
                max_rel_err=0.01)

@@ -107,7 +107,7 @@ def test_git_info_prefers_the_commit_the_sender_names(tmp_path, monkeypatch):
     """A checkout copied to a GPU box may carry a stale .git: HARNESS_GIT_SHA, when set, wins."""
     import subprocess
 
-    from harness.env import git_info
+    from harness.machine.env import git_info
 
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     subprocess.run(["git", "-C", str(tmp_path), "-c", "user.email=a@b", "-c", "user.name=a",

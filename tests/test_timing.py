@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from harness.timing import Samples, _enough, bench, rel_stderr
+from harness.execute.timing import Samples, _enough, bench, rel_stderr
 
 
 def test_sample_statistics():
@@ -54,9 +54,11 @@ def test_runs_timed_by_another_flush_are_not_compared_and_old_ceilings_are_redon
     have no flush and no method; a calibration cached by another method is measured again."""
     from rich.console import Console
 
-    from harness import calibrate, store
+    from harness import store
+
+    from harness.execute import calibrate
     from harness.analysis.compare import env_problems
-    from harness.timing import TIMING_METHOD, Flusher
+    from harness.execute.timing import TIMING_METHOD, Flusher
 
     gpu = {"device": "cuda", "gpu_name": "NVIDIA H200", "driver": "580"}
     old, new = dict(gpu), {**gpu, "timing_method": TIMING_METHOD}

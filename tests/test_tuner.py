@@ -310,7 +310,7 @@ def test_precompile_keeps_why_a_candidate_failed():
 def test_picks_verb_prints_the_evidence_and_rejects_an_unknown_tuner(tmp_path, capsys):
     from harness import store
     from harness.cli import main
-    from harness.picks import rows
+    from harness.present.picks import rows
 
     run = tmp_path / "r1"
     run.mkdir()

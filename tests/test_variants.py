@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import spec, tuning
+from harness import tuning
+
+from harness.experiment import spec
 from harness.errors import SpecError
 from harness.registry import Params, registry
 
@@ -161,7 +163,7 @@ def test_a_forced_config_reaches_the_flash_kernel_in_the_interpreter(monkeypatch
 
 
 def test_cases_table_records_the_candidate_and_the_impl_it_runs(tmp_path):
-    from harness.results import cases_frame
+    from harness.store.results import cases_frame
 
     exp = load(tmp_path, BASE + "variants: {triton_flash: {BLOCK_M: [64]}}\n")
     df = cases_frame(spec.expand(exp))
@@ -172,7 +174,7 @@ def test_cases_table_records_the_candidate_and_the_impl_it_runs(tmp_path):
 
 
 def test_show_prints_the_config_compactly_only_where_it_varies():
-    from harness.show import config_cells
+    from harness.present.show import config_cells
 
     def row(impl, cfg, source="forced"):
         return {"op": "attention", "base_impl": "triton_flash", "impl": impl,
@@ -198,7 +200,7 @@ def test_show_prints_the_config_compactly_only_where_it_varies():
     assert config_cells(twice) == (
         "config", ["matmul_tma.BLOCK_M=128", "matmul_tma.BLOCK_M=128 matmul_tma#2.BLOCK_N=128",
                    "matmul_tma.BLOCK_M=64"])
-    from harness.show import compact_keys
+    from harness.present.show import compact_keys
 
     assert compact_keys(["dkdv.BLOCK_M", "dkdv.BLOCK_N", "dq.BLOCK_M", "BLOCK_N"]) == \
         "dkdv.BLOCK_M/BLOCK_N/dq.BLOCK_M/BLOCK_N"
@@ -211,7 +213,9 @@ def test_show_of_a_one_shape_grid_has_no_case_column(tmp_path):
 
     from rich.console import Console
 
-    from harness import cli, show
+    from harness import cli
+
+    from harness.present import show
 
     out = tmp_path / "runs"
     assert cli.main(["run", str(ROOT / "experiments/tune/flash_bwd_dq_grid.yaml"), "--smoke",
@@ -230,9 +234,10 @@ def test_show_of_a_one_shape_grid_has_no_case_column(tmp_path):
 
 def test_variant_names_survive_parquet_the_report_and_the_dashboard_table(tmp_path):
     from dashboard import data
-    from harness import report_context, store
+    from harness import store
+    from harness.present import report_context
     from harness.analysis.summary import summary_frame
-    from harness.results import cases_frame
+    from harness.store.results import cases_frame
 
     exp = load(tmp_path, BASE + "variants: {triton_flash: {BLOCK_M: [64, 128]}}\n")
     cases = cases_frame(spec.expand(exp))

@@ -27,8 +27,8 @@ from harness.analysis.validity import annotate
 from harness.analysis.verdict import assess
 from harness.profilers.ncu_parse import parse_raw_csv
 from harness.registry import Params, get_op
-from harness.report_context import VERDICT_ROOF
-from harness.results import ITEMSIZE
+from harness.present.report_context import VERDICT_ROOF
+from harness.store.results import ITEMSIZE
 
 FIX = Path(__file__).parent / "fixtures"
 CAL = json.loads((FIX / "runs" / ".calibration" / "nvidia-h200.json").read_text())
@@ -221,7 +221,7 @@ def test_show_and_dashboard_carry_the_new_verdict(tmp_path):
     from rich.console import Console
 
     from dashboard.data import summary_table
-    from harness import show
+    from harness.present import show
 
     run = flash_run(tmp_path)
     annotate(run, get_op("attention"))

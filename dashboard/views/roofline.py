@@ -2,7 +2,7 @@
 import streamlit as st
 
 from dashboard import data, tables
-from harness import charts
+from harness.present import charts
 
 st.title("Roofline")
 rd = data.selected_run()

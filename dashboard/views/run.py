@@ -3,7 +3,7 @@ flags."""
 import streamlit as st
 
 from dashboard import data, tables
-from harness import charts
+from harness.present import charts
 from harness.analysis.since import change_header
 
 st.title("Run")

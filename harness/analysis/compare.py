@@ -264,7 +264,7 @@ def describe_metric(name: str, base, cand) -> str:
 
 def case_key(impl: str, params: dict, dtype: str) -> str:
     """`triton M=8192 N=8192 fp16`: the human name of a pair."""
-    from harness.spec import DTYPE_SHORT
+    from harness.experiment.spec import DTYPE_SHORT
 
     shape = " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
                      for k, v in params.items())
@@ -318,7 +318,7 @@ def metric_deltas(key: str, impl: str, base: dict, cand: dict) -> list[dict]:
 
 def mixed_gpu_problems(run_dir: Path, m: dict) -> list[str]:
     """A run whose cases ran on different GPU models (a Ray cluster, hand-merged parts)."""
-    from harness.results import gpu_models
+    from harness.store.results import gpu_models
 
     models = gpu_models(store.load_cases(run_dir))
     return [f"run {m['run_id']} mixes GPU models ({', '.join(models)})"] if len(models) > 1 \

@@ -1,6 +1,6 @@
 """`harness ab`'s statistic: the paired ratio head/base of two code versions timed interleaved.
 
-The ab worker (harness.ab_worker) times both versions of a case in one process in rounds: a
+The ab worker (harness.execute.ab_worker) times both versions of a case in one process in rounds: a
 round is a short burst of L2-flushed launches of one version and one of the other, the order
 alternating from round to round (ABBA...), so drift, throttling and placement hit both alike.
 A round gives one paired observation, the log of the ratio of its two burst medians:

@@ -19,7 +19,7 @@ from harness import store
 from harness.analysis import roofline, summary
 from harness.analysis.verdict import assess
 from harness.registry import Op, Params
-from harness.results import ITEMSIZE
+from harness.store.results import ITEMSIZE
 from harness.values import finite as _num
 
 AGREE_TOL = 0.10
@@ -63,7 +63,7 @@ def annotate(run_dir: str | Path, op: Op) -> pd.DataFrame:
     by_case = {r["case_id"]: r for r in view.to_dict("records")}
     flags, bounds, pcts, size_pcts, limiters, verdicts = [], [], [], [], [], []
     excess: dict[str, float] = {}
-    from harness.results import gpu_models
+    from harness.store.results import gpu_models
 
     models = gpu_models(store.load_cases(run_dir))
     mixed = len(models) > 1  # no verdict from a run whose cases ran on different GPU models

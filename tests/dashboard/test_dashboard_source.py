@@ -8,7 +8,7 @@ from dash_helpers import APP
 from streamlit.testing.v1 import AppTest
 
 from dashboard import data, source_data
-from harness.importer import import_path
+from harness.profilers.importer import import_path
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 

@@ -3,7 +3,7 @@ reference (h and y both checked, both NaN-poisoned), awkward shapes, broken impl
 import pytest
 import torch
 
-from harness.correctness import check
+from harness.execute.correctness import check
 from harness.registry import Impl, Params, get_op
 from kernels.layernorm import triton_layernorm as tln
 

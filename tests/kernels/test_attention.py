@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import spec, store
-from harness.correctness import check, compare
+from harness import store
+
+from harness.experiment import spec
+from harness.execute.correctness import check, compare
 from harness.registry import Impl, Params, get_op
 from kernels.attention import flash_bwd, flash_fwd, peers
 from kernels.attention import reference as ref

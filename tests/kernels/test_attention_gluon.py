@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from harness import tuning
-from harness.correctness import check
+from harness.execute.correctness import check
 from kernels.attention import flash_fwd, flash_fwd_gluon, flash_fwd_tma
 from test_attention import OP, _qkv, _within_rule
 from test_attention import _params as attention_params

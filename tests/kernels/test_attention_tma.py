@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from harness.correctness import check
+from harness.execute.correctness import check
 from harness.registry import Impl
 from kernels.attention import flash_fwd_tma as fft
 from kernels.attention import reference as ref

@@ -10,8 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import spec, store
-from harness.correctness import TORCH_DTYPES
+from harness import store
+
+from harness.experiment import spec
+from harness.execute.correctness import TORCH_DTYPES
 from harness.registry import Params, get_op
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness.correctness import check
+from harness.execute.correctness import check
 from harness.registry import Impl, Params, get_op
 from kernels.groupnorm_mish import triton_groupnorm_mish as tgm
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from harness import tuning
-from harness.correctness import check
+from harness.execute.correctness import check
 from harness.registry import Params, get_op
 from kernels.groupnorm_mish import candidates as cand
 from kernels.groupnorm_mish import smem_gluon

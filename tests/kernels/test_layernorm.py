@@ -5,7 +5,7 @@ import torch
 import triton
 import torch.nn.functional as F
 
-from harness.correctness import check
+from harness.execute.correctness import check
 from harness.registry import Impl, Params, get_op
 from kernels.layernorm import triton_layernorm as tln
 from kernels.layernorm import triton_layernorm_bwd as tlb

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness.correctness import check
+from harness.execute.correctness import check
 from harness.registry import Impl, Params, get_op
 from kernels.linear_gelu import triton_matmul as tm
 

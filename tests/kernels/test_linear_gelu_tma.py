@@ -4,7 +4,7 @@ tiles per program, every Hopper config, the 16-byte stride rule, broken variants
 import pytest
 import torch
 
-from harness.correctness import check
+from harness.execute.correctness import check
 from harness.registry import Impl, Params, get_op
 from kernels.linear_gelu import triton_matmul_tma as tmt
 

@@ -3,7 +3,7 @@ under the harness's tolerance rule; ragged M/H, configs, the D limit, a broken i
 import pytest
 import torch
 
-from harness.correctness import check
+from harness.execute.correctness import check
 from harness.registry import Impl, Params, get_op
 from kernels.mlp import triton_mlp
 

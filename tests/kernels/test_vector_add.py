@@ -5,7 +5,7 @@ import torch
 import triton
 import triton.language as tl
 
-from harness.correctness import check
+from harness.execute.correctness import check
 from harness.registry import Impl, Params, get_op
 from kernels.vector_add import triton_vector_add as tva
 

@@ -9,7 +9,7 @@ fresh process, cold and warm on-disk caches, with and without Inductor's compile
 
 Every profiler pass starts a new worker, so a one-time cost per process is paid three times
 per run (check/time, ncu, nsys). This probe is what decides the worker's Inductor settings
-(harness.executors.process.worker_env).
+(harness.execute.executors.process.worker_env).
 """
 import json
 import os

@@ -1,4 +1,4 @@
-"""The profiler passes side by side (harness.profiler_passes.profile_passes with several GPUs),
+"""The profiler passes side by side (harness.execute.profiler_passes.profile_passes with several GPUs),
 with the real ncu and nsys, on a one-GPU machine: re-runs a finished run's ncu and nsys passes
 as if the host had GPUs 0 and 1, every profiler process pinned to GPU 0, so the joint scheduler
 deals the passes onto two lanes that are the same card. What it checks is the plumbing (the
@@ -18,9 +18,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import Progress
 
-from harness import profiler_passes, store
-from harness.executors.gpus import GpuExecutor
-from harness.runner import Runner, wall_line
+from harness import store
+
+from harness.execute import profiler_passes
+from harness.execute.executors.gpus import GpuExecutor
+from harness.execute.runner import Runner, wall_line
 
 
 def main(run_dir: str) -> int:

@@ -1,0 +1,70 @@
+"""One worker process per GPU of this host, each pinned with CUDA_VISIBLE_DEVICES.
+
+The cases are sharded longest-first onto the GPUs (`schedule.shard`); each GPU checks and times
+only its own shard, one case at a time, so no two timings ever share a GPU. Each worker appends
+to its own parts/<pass>.gpu<i>.jsonl. Ctrl-C stops every worker; a dead or hung worker costs its
+case in flight and its GPU carries on with the rest of its shard (`process.run_shard`).
+The profiler passes share the GPUs too (harness.execute.profiler_passes): their implementation units are
+dealt onto the GPUs together, each GPU running its ncu / nsys processes in turn, each writing its
+own report (raw/<profiler>/gpu<i>/ where a pass spans several GPUs), parsed and merged into the
+run's tables.
+"""
+from __future__ import annotations
+
+import socket
+import threading
+from pathlib import Path
+
+from harness import store
+from harness.execute.executors.base import Executor
+from harness.execute.executors.process import Interrupted, run_shard, run_threads
+from harness.execute.executors.schedule import shard
+
+
+class GpuExecutor(Executor):
+    kind = "gpus"
+
+    def __init__(self, gpus: list[int], fingerprints: dict[int, dict] | None = None):
+        self.gpus = list(gpus)
+        self.fingerprints = fingerprints or {}
+
+    def describe(self) -> dict:
+        return {"kind": self.kind, "gpus": self.gpus, "hosts": [socket.gethostname()],
+                "gpu_fingerprints": {str(g): self.fingerprints.get(g, {}) for g in self.gpus}}
+
+    def profiler_gpu(self) -> int | None:
+        return self.gpus[0]
+
+    def profiler_gpus(self) -> list[int | None]:
+        return list(self.gpus)
+
+    def plan(self, case_ids: list[str], cost: dict[str, float],
+             shape_of: dict[str, str] | None = None) -> dict[int, list[str]]:
+        return dict(zip(self.gpus, shard(case_ids, cost, len(self.gpus), shape_of)))
+
+    def measure(self, run_dir, case_ids, cost, limits, device, on_event) -> None:
+        run_dir = Path(run_dir)
+        stop = threading.Event()
+        errors: list[BaseException] = []
+        lock = threading.Lock()
+
+        def locked(ev):
+            with lock:
+                on_event(ev)
+
+        def one(gpu: int, ids: list[str]):
+            try:
+                run_shard(run_dir, ids, device=device, limits=limits, gpu=gpu,
+                          shard=f"gpu{gpu}", on_event=locked, stop=stop,
+                          log_path=store.raw_dir(run_dir, "logs") / f"measure.gpu{gpu}.log")
+            except Interrupted:
+                pass
+            except BaseException as exc:  # re-raised in the main thread
+                errors.append(exc)
+                stop.set()
+
+        run_threads([threading.Thread(target=one, args=(g, ids), name=f"gpu{g}", daemon=True)
+                     for g, ids in self.plan(case_ids, cost, store.shapes(run_dir)).items()
+                     if ids], stop)
+        if errors:
+            raise errors[0]

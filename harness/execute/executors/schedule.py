@@ -1,0 +1,342 @@
+"""Pure scheduling: which GPUs, how long each case should take, which shard does which case.
+
+Nothing here starts a process or touches a device, so every rule is unit-tested on the CPU:
+
+    parse_gpus("all" | "N" | "0,2", present)   -> the GPU indices a run uses (HarnessError if
+                                                  fewer are present than asked)
+    estimate_s(case, op, timing, device, prev) -> expected seconds of one (check + time) case
+    shard(case_ids, cost, n, group_of)         -> n lists, longest first, greedy onto the least
+                                                  loaded shard (LPT: within 4/3 of optimal);
+                                                  a shape's cases together (`longest_first`)
+    case_timeout_s(est, timing)                -> the watchdog limit of one (pass, case)
+    shard_by_impl(case_ids, impl_of, cost, n)   -> n lists for the profiler passes: an
+                                                  implementation's cases stay together (its
+                                                  compile / warm-up is paid in one process)
+    shard_profilers(units, cost, n, process_s) -> several profiler passes dealt onto n GPUs
+                                                  together (ncu on one, nsys on another)
+    warm_shards(case_ids, n, unit_of, backend_of)
+                                               -> n lists for the compile-ahead workers: a
+                                                  compile class in one worker, torch.compile's
+                                                  classes on as few workers as pay off, LPT
+    compile_workers(cpus, n_cases, n_gpus)     -> how many compile-ahead workers
+"""
+from __future__ import annotations
+
+import json
+import math
+
+from harness.errors import HarnessError
+
+# Rough device rates for a first estimate when no previous run of the case is known; only the
+# ORDER of cases matters for longest-first, and the watchdog's floor dwarfs these numbers.
+EST_BYTES_PER_S = {"cuda": 1.0e12, "cpu": 2.0e8}   # the interpreter is ~1000x slower
+EST_FLOPS_PER_S = {"cuda": 5.0e13, "cpu": 1.0e9}
+WATCHDOG_FLOOR_S = 120.0    # first-call compilation / autotune can take tens of seconds
+WATCHDOG_FACTOR = 4.0
+
+
+def parse_gpus(requested: str, present: list[dict]) -> list[int]:
+    """`--gpus all|N|i,j,...` against the GPUs nvidia-smi lists (`present`, in index order)."""
+    text = str(requested).strip()
+    n = len(present)
+    if n == 0:
+        raise HarnessError(f"--gpus {text}: no NVIDIA GPU on this host (nvidia-smi lists none); "
+                           "drop --gpus to run on the CPU")
+    if text == "all":
+        idx = list(range(n))
+    elif text.isdigit():
+        want = int(text)
+        if want < 1:
+            raise HarnessError(f"--gpus {text}: give a count >= 1, 'all' or indices like 0,2")
+        if want > n:
+            raise HarnessError(f"--gpus {text}: this host has {n} GPU{'s' * (n != 1)}")
+        idx = list(range(want))
+    else:
+        try:
+            idx = [int(x) for x in text.split(",") if x.strip() != ""]
+        except ValueError:
+            raise HarnessError(f"--gpus {text!r}: expected 'all', a count or indices like "
+                               "0,2") from None
+        bad = [i for i in idx if i < 0 or i >= n]
+        if bad or not idx:
+            raise HarnessError(f"--gpus {text}: no GPU {bad[0] if bad else ''} on this host "
+                               f"(indices 0..{n - 1})")
+        if len(set(idx)) != len(idx):
+            raise HarnessError(f"--gpus {text}: an index is repeated (one worker per GPU)")
+    models = {present[i].get("gpu_name") for i in idx}
+    if len(models) > 1:
+        raise HarnessError(f"--gpus {text}: the GPUs are of different models "
+                           f"({', '.join(sorted(str(m) for m in models))}); one run times one "
+                           "model: run once per model (e.g. --gpus 0,1 then --gpus 2,3)")
+    return idx
+
+
+def estimate_s(params: dict, dtype: str, op, timing, device: str,
+               prev_median_ms: float | None = None, trials: int = 2) -> float:
+    """Expected seconds for one case's check + time passes (ordering and watchdog default).
+
+    A previous run's median wins over the analytic FLOP/byte estimate."""
+    from harness.registry import Params
+    from harness.store.results import ITEMSIZE
+
+    if prev_median_ms is not None and math.isfinite(prev_median_ms) and prev_median_ms > 0:
+        call_s = prev_median_ms / 1e3
+    else:
+        p = Params(params)
+        try:
+            by = op.byte_count(p, ITEMSIZE.get(dtype, 4)) or 0.0
+            fl = op.flop_count(p) or 0.0
+        except Exception:  # an op without counts for this case: order it last, not fail
+            by = fl = 0.0
+        call_s = max(by / EST_BYTES_PER_S[device], fl / EST_FLOPS_PER_S[device])
+    budget_s = (timing.warmup_ms + timing.rep_ms) / 1e3
+    return budget_s + (timing.min_samples + trials + 5) * call_s
+
+
+def case_timeout_s(est_s: float, timing) -> float:
+    """The watchdog limit of one (pass, case): the YAML's, else generous over the estimate."""
+    own = getattr(timing, "case_timeout_s", None)
+    if own:
+        return float(own)
+    return max(WATCHDOG_FLOOR_S, WATCHDOG_FACTOR * est_s)
+
+
+def longest_first(case_ids: list[str], cost: dict[str, float],
+                  group_of: dict[str, str] | None = None) -> list[str]:
+    """Stable: equal costs keep the experiment's order. With `group_of` (case -> shape), whole
+    shapes longest first (by their summed cost), then a shape's cases longest first: the check
+    pass computes one shape's reference for all its implementations (its cache holds the last
+    shape), so cases of one shape must run back to back. Ordered by case alone, a second
+    flash_bwd.yaml run (costs from the first run's times) recomputed the reference for every
+    implementation: 44 s of its 80 s check pass."""
+    order = {c: i for i, c in enumerate(case_ids)}
+    if not group_of:
+        return sorted(case_ids, key=lambda c: (-cost.get(c, 0.0), order[c]))
+    total: dict[str, float] = {}
+    first: dict[str, int] = {}
+    for c in case_ids:
+        g = group_of.get(c, c)
+        total[g] = total.get(g, 0.0) + cost.get(c, 0.0)
+        first.setdefault(g, order[c])
+
+    def key(c):
+        g = group_of.get(c, c)
+        return (-total[g], first[g], -cost.get(c, 0.0), order[c])
+    return sorted(case_ids, key=key)
+
+
+GROUPS_PER_SHARD = 4  # fewer shapes than this per shard: shard by case (keep the GPUs busy)
+
+
+def shard(case_ids: list[str], cost: dict[str, float], n: int,
+          group_of: dict[str, str] | None = None) -> list[list[str]]:
+    """Longest-first greedy assignment onto n shards (each shard keeps longest-first order).
+    With `group_of`, whole shapes are assigned (their cases stay on one GPU, back to back)
+    when there are at least GROUPS_PER_SHARD shapes per shard; a sweep of few shapes and many
+    implementations (a config grid) is sharded by case."""
+    if n < 1:
+        raise ValueError("n must be >= 1")
+    if n == 1:
+        return [longest_first(case_ids, cost, group_of)]
+    groups: dict[str, list[str]] = {}
+    for c in case_ids:
+        groups.setdefault((group_of or {}).get(c, c), []).append(c)
+    if group_of and len(groups) >= GROUPS_PER_SHARD * n:
+        weight = {g: sum(cost.get(c, 0.0) for c in ids) for g, ids in groups.items()}
+        parts = shard(list(groups), weight, n)
+        return [longest_first([c for g in gs for c in groups[g]], cost, group_of)
+                for gs in parts]
+    shards: list[list[str]] = [[] for _ in range(n)]
+    load = [0.0] * n
+    for c in longest_first(case_ids, cost):
+        k = min(range(n), key=lambda i: (load[i], len(shards[i]), i))
+        shards[k].append(c)
+        load[k] += cost.get(c, 0.0)
+    return shards
+
+
+def case_costs(cases, op, timing, device: str, prev: dict[str, float] | None = None,
+               trials: int = 2) -> dict[str, float]:
+    """estimate_s for every row of a cases frame; `prev` maps case_id -> previous median ms."""
+    prev = prev or {}
+    return {r.case_id: estimate_s(json.loads(r.params), r.dtype, op, timing, device,
+                                  prev.get(r.case_id), trials)
+            for r in cases.itertuples()}
+
+
+PROFILE_SETUP_S = 5.0  # a profiler process's per-implementation start-up (import, compile, tune)
+# a case's seconds under each profiler when no earlier run profiled it (H200, flash.yaml: ncu
+# 0.9-8.7 s a case, its median near 2 s; nsys 0.01-0.3 s): only the passes' relative weight
+# matters, when their processes are dealt onto the GPUs together
+PROFILE_CASE_S = {"ncu": 2.0, "nsys": 0.05, "torch_profiler": 0.1, "default": 0.5}
+# a profiler process's own start and end, beyond its cases' seconds (H200, flash.yaml: ncu's
+# run 24-25 s for 20 s of cases, nsys's 22 s for 15 s: its report is written at the end)
+PROFILE_PROCESS_S = {"ncu": 4.5, "nsys": 6.5, "default": 4.0}
+
+
+def shard_by_impl(case_ids: list[str], impl_of: dict[str, str], cost: dict[str, float],
+                  n: int, setup: float = PROFILE_SETUP_S) -> list[list[str]]:
+    """Longest-first greedy assignment of implementations onto n shards (cases keep their
+    given order inside a shard); an implementation costs its cases plus a start-up (`setup`).
+    An implementation heavier than a fair share (the total over n) is cut into as many pieces
+    as it has fair shares, its cases dealt longest first onto the lightest piece; each piece
+    pays the start-up again, but one implementation no longer sets the pass's tail (on a
+    two-H200 host, torch.compile's whole nsys share on one GPU did)."""
+    groups: dict[str, list[str]] = {}
+    for c in case_ids:
+        groups.setdefault(impl_of.get(c, c), []).append(c)
+    weight = {g: setup + sum(cost.get(c, 0.0) for c in ids) for g, ids in groups.items()}
+    fair = sum(weight.values()) / max(1, n)
+    pieces: dict[tuple[str, int], list[str]] = {}
+    for g, ids in groups.items():
+        k = min(n, len(ids), math.ceil(weight[g] / fair - 1e-9)) if n > 1 and fair > 0 else 1
+        if k <= 1:
+            pieces[(g, 0)] = ids
+            continue
+        bins: list[list[str]] = [[] for _ in range(k)]
+        load = [setup] * k
+        for c in sorted(ids, key=lambda c: -cost.get(c, 0.0)):
+            j = min(range(k), key=load.__getitem__)
+            bins[j].append(c)
+            load[j] += cost.get(c, 0.0)
+        pieces.update({(g, j): b for j, b in enumerate(bins)})
+    names = {f"{g}#{j}": (g, j) for g, j in pieces}
+    piece_weight = {name: setup + sum(cost.get(c, 0.0) for c in pieces[key])
+                    for name, key in names.items()}
+    order = shard(list(names), piece_weight, n)
+    pos = {c: i for i, c in enumerate(case_ids)}
+    return [sorted((c for name in names_on for c in pieces[names[name]]), key=pos.__getitem__)
+            for names_on in order]
+
+
+def shard_profilers(units: dict[tuple[str, str], list[str]], cost: dict[str, float], n: int,
+                    process_s: dict[str, float], setup: dict[tuple[str, str], float] | None = None
+                    ) -> list[dict[str, list[str]]]:
+    """Several profiler passes dealt onto n GPUs together: per GPU, {pass: case ids} (each
+    GPU runs one process per pass it got, one after the other).
+
+    `units[(pass, impl)]` are the cases of an implementation under one pass, kept in one
+    process (its compile and warm-up paid once); `cost[case]` their seconds under that
+    profiler, `setup[unit]` a warm-up not already in them; `process_s[pass]` what a process of
+    that pass costs beyond its cases (start, report). A unit heavier than a GPU's fair share
+    is cut in pieces (each paying the setup again). Greedy, largest piece first, onto the GPU
+    where it would end soonest, counting the process it would start there: ncu's units
+    gather on one GPU and nsys's on another rather than both passes paying two processes."""
+    if n < 1:
+        raise ValueError("n must be >= 1")
+    setup = setup or {}
+    weight = {u: setup.get(u, 0.0) + sum(cost.get(c, 0.0) for c in ids)
+              for u, ids in units.items()}
+    passes = list(dict.fromkeys(p for p, _ in units))
+    fair = (sum(weight.values()) + sum(process_s.get(p, 0.0) for p in passes)) / n
+    pieces: list[tuple[float, str, list[str]]] = []
+    for u, ids in units.items():
+        k = min(n, len(ids), math.ceil(weight[u] / fair - 1e-9)) if n > 1 and fair > 0 else 1
+        if k <= 1:
+            pieces.append((weight[u], u[0], list(ids)))
+            continue
+        bins: list[list[str]] = [[] for _ in range(k)]
+        load = [setup.get(u, 0.0)] * k
+        for c in sorted(ids, key=lambda c: -cost.get(c, 0.0)):
+            j = min(range(k), key=load.__getitem__)
+            bins[j].append(c)
+            load[j] += cost.get(c, 0.0)
+        pieces += [(load[j], u[0], bins[j]) for j in range(k) if bins[j]]
+    gpus: list[dict[str, list[str]]] = [{} for _ in range(n)]
+    load = [0.0] * n
+    for w, p, ids in sorted(pieces, key=lambda t: -t[0]):
+        def end(i: int) -> float:
+            return load[i] + w + (0.0 if p in gpus[i] else process_s.get(p, 0.0))
+        i = min(range(n), key=lambda i: (end(i), i))
+        load[i] = end(i)
+        gpus[i].setdefault(p, []).extend(ids)
+    return gpus
+
+
+MAX_COMPILE_WORKERS = 4  # per GPU; Triton's precompile runs up to 8 threads in each
+
+
+def compile_workers(cpus: int | None, n_cases: int, n_gpus: int = 1) -> int:
+    """Compile-ahead processes: one per 4 CPU cores, at most MAX_COMPILE_WORKERS per GPU (a
+    host with more GPUs has more cores, and each GPU's memory is shared by fewer workers) and
+    n_cases."""
+    return max(0, min(MAX_COMPILE_WORKERS * max(1, n_gpus), max(1, (cpus or 1) // 4), n_cases))
+
+
+def workers_per_gpu(n_workers: int, n_gpus: int) -> int:
+    """The most compile-ahead workers any one GPU hosts (worker i runs on GPU i % n_gpus)."""
+    return -(-n_workers // max(1, n_gpus)) if n_workers else 0
+
+
+# compile-ahead's cost model (H200, flash.yaml cold, 4 workers side by side): a process's first
+# torch.compile case took 14-17 s (Dynamo's and Inductor's first use; the graph itself ~3 s),
+# each later graph 2.4-4.9 s, a Triton kernel class with all its Tuner candidates 1.4-2.6 s
+# (the first of a process 4-5 s), a case whose class the process had compiled 0.01-0.05 s.
+WARM_SETUP_S = {"compile": 14.0}  # paid once by each process that compiles for this backend
+WARM_UNIT_S = {"compile": 3.5}    # one compile class (a graph; a kernel and its candidates)
+WARM_UNIT_DEFAULT_S = 2.3
+WARM_REPEAT_S = 0.05              # a case whose class its process already compiled
+
+
+def warm_shards(case_ids: list[str], n: int, unit_of: dict[str, object] | None = None,
+                backend_of: dict[str, str | None] | None = None) -> list[list[str]]:
+    """At most `n` lists of `case_ids` for the compile-ahead workers, each in the given (check)
+    order; empty lists dropped.
+
+    `unit_of[case]` names the case's compile class (cases of one class compile the same
+    kernels: harness.execute.executors.warm.compile_units), `backend_of[case]` its implementation's
+    backend. A class stays in one worker, so no two workers compile the same kernels; the
+    classes of a backend with a per-process setup cost (WARM_SETUP_S: torch.compile's first
+    graph) go to as few workers as keep the longest worker shortest, the rest fill the least
+    loaded workers, largest first (LPT). Sorted by key, neighbouring classes of a setup backend
+    (the same params in another dtype) go to the same worker. Without `unit_of` every case is
+    its own class."""
+    if n < 1:
+        raise ValueError("n must be >= 1")
+    unit_of = unit_of or {}
+    backend_of = backend_of or {}
+    units: dict[object, list[str]] = {}
+    for c in case_ids:
+        units.setdefault(unit_of.get(c, ("case", c)), []).append(c)
+
+    def backend(u) -> str | None:
+        return backend_of.get(units[u][0])
+
+    def weight(u) -> float:
+        return (WARM_UNIT_S.get(backend(u), WARM_UNIT_DEFAULT_S)
+                + WARM_REPEAT_S * (len(units[u]) - 1))
+
+    n = min(n, len(units))
+    load = [0.0] * n
+    bins: list[list[object]] = [[] for _ in range(n)]
+    total = sum(weight(u) for u in units)
+    for b, setup in sorted(WARM_SETUP_S.items()):
+        mine = [u for u in units if backend(u) == b]
+        if not mine:
+            continue
+        w = sum(weight(u) for u in mine)
+        # k workers pay the setup: the slowest of them ends near setup + w / k, the others'
+        # share of everything near (total + k * setup) / n; the fewest k at the best makespan
+        k = min(range(1, min(n, len(mine)) + 1),
+                key=lambda k: (max(setup + w / k, (total + k * setup) / n), k))
+        hosts = sorted(range(n), key=load.__getitem__)[:k]
+        # neighbouring classes (sorted by key: the same params in another dtype) share work in
+        # one process (Dynamo's trace, Inductor's caches): each host takes a contiguous run
+        mine.sort(key=repr)
+        done = 0.0
+        for j, i in enumerate(hosts):
+            load[i] += setup
+            while mine and (j == k - 1 or done + weight(mine[0]) / 2 <= w * (j + 1) / k):
+                u = mine.pop(0)
+                bins[i].append(u)
+                load[i] += weight(u)
+                done += weight(u)
+        total += k * setup
+    placed = {u for b_ in bins for u in b_}
+    for u in sorted((u for u in units if u not in placed), key=weight, reverse=True):
+        i = min(range(n), key=load.__getitem__)
+        bins[i].append(u)
+        load[i] += weight(u)
+    pos = {c: i for i, c in enumerate(case_ids)}
+    shards = [sorted((c for u in b_ for c in units[u]), key=pos.__getitem__) for b_ in bins]
+    return [s for s in shards if s]

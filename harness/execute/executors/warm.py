@@ -1,0 +1,114 @@
+"""Compile-ahead: before the check pass of a GPU run, a few worker processes call each case of
+the implementations that JIT-compile (Triton kernels, torch.compile) once, side by side, so
+that the check pass finds Triton's and Inductor's on-disk caches warm instead of compiling one
+kernel variant after another on one core.
+
+Nothing they do is a measurement: the Tuners compile every candidate and time none
+(harness.tuning.compile_only), the workers store no pick, and each keeps to its share of GPU
+memory (a case that does not fit is simply compiled later by the check pass). It is best
+effort: a worker that fails, crashes or outlives a case's watchdog limit ends its share of the
+warm-up; the check pass then meets the same case and records the fault properly.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from harness import store
+from harness.execute.executors.process import (CaseWatch, run_threads, stream, todo, worker_argv,
+                                       worker_env)
+from harness.execute.executors.schedule import compile_workers, warm_shards, workers_per_gpu
+
+MEMORY_SHARE = 0.9  # of a GPU's memory, split between the compile-ahead workers it hosts
+
+
+def compile_ahead(run_dir: Path, case_ids: list[str], *, device: str,
+                  limits: dict[str, float], gpus: list[int | None],
+                  on_event: Callable[[dict], None], workers: int | None = None,
+                  stop: threading.Event | None = None,
+                  units: dict[str, tuple[object, str | None]] | None = None) -> dict:
+    """Warm `case_ids` (check order) over `workers` processes spread over `gpus`; `units`
+    ({case: (compile class, backend)}, compile_units) keeps a class in one worker.
+    Returns {"workers": n, "cases": n, "wall_s": s} (workers 0: nothing was run)."""
+    run_dir = Path(run_dir)
+    ids = todo(run_dir, "warm", case_ids)
+    n_gpus = len(gpus) if gpus else 1
+    n = (compile_workers(os.cpu_count(), len(ids), n_gpus) if workers is None
+         else min(workers, len(ids)))
+    if n < 1:
+        return {"workers": 0, "cases": 0, "wall_s": 0.0}
+    units = units or {}
+    shards = warm_shards(ids, n, {c: u for c, (u, _) in units.items()},
+                         {c: b for c, (_, b) in units.items()})
+    frac = MEMORY_SHARE / workers_per_gpu(len(shards), n_gpus)
+    t0 = time.monotonic()
+    lock = threading.Lock()
+    stop = stop or threading.Event()
+
+    def one(i: int, shard_ids: list[str]) -> None:
+        gpu = gpus[i % len(gpus)] if gpus else None
+        watch = CaseWatch(limits, stop)
+
+        def on_ev(ev):
+            watch.see(ev)
+            with lock:
+                on_event({**ev, "gpu": gpu})
+
+        env = {**worker_env(device, gpu), "HARNESS_WARM_MEMORY_FRACTION": f"{frac:.3f}"}
+        argv = worker_argv(run_dir, "warm", device, shard_ids, shard=f"warm{i}")
+        stream(argv, env, store.raw_dir(run_dir, "logs") / f"warm{i}.log", on_ev,
+               watchdog=watch.expired)  # whatever the exit: best effort, the check pass decides
+
+    run_threads([threading.Thread(target=one, args=(i, s), name=f"warm{i}", daemon=True)
+                 for i, s in enumerate(shards)], stop)
+    return {"workers": len(shards), "cases": len(ids), "wall_s": round(time.monotonic() - t0, 2)}
+
+
+def _backend(op, impl: str | None) -> str | None:
+    """The registered backend of `impl` (None for an impl the registry no longer has: the
+    check pass says so)."""
+    try:
+        return op.get_impl(impl).backend if impl else None
+    except Exception:
+        return None
+
+
+def compile_units(run_dir: Path, op, case_ids: list[str]) -> dict[str, tuple[object, str | None]]:
+    """{case: (compile class, backend)}: a case's class is its implementation, dtype, forced
+    config and the values of the op's params that are not sizes (Param.size), i.e. the cases
+    that run the same compiled kernels; the backend is its implementation's."""
+    import json
+
+    from harness.execute.worker import _registered_impl
+
+    size = {p.name for p in op.params if p.size}
+    keep = set(case_ids)
+    out: dict[str, tuple[object, str | None]] = {}
+    for r in store.load_cases(run_dir).itertuples():
+        if r.case_id not in keep:
+            continue
+        forced = getattr(r, "forced_config", None)
+        key = (r.impl, forced if isinstance(forced, str) else "",
+               tuple(sorted((k, json.dumps(v)) for k, v in json.loads(r.params).items()
+                            if k not in size)),
+               r.dtype)
+        out[r.case_id] = (key, _backend(op, _registered_impl(r)))
+    return out
+
+
+def warm_cases(run_dir: Path, op, check_ids: list[str],
+               this_host: bool = True) -> tuple[list[str], int]:
+    """The check-pass cases worth compiling ahead, in check order: those of implementations that
+    JIT-compile (WARM_BACKENDS), less the ones this host already compiled for the previous run
+    of the same code (harness.execute.previous.compiled_before; not when the cases run on other hosts,
+    `this_host` False); and how many of those were left out."""
+    from harness.execute.previous import compiled_before
+    from harness.execute.worker import WARM_BACKENDS, _registered_impl
+
+    base = {r.case_id: _registered_impl(r) for r in store.load_cases(run_dir).itertuples()}
+    ids = [c for c in check_ids if _backend(op, base.get(c)) in WARM_BACKENDS]
+    cached = compiled_before(run_dir, {c: base[c] for c in ids}, op) if this_host else set()
+    return [c for c in ids if c not in cached], len(cached)

@@ -1,0 +1,357 @@
+"""The profiler passes of a run (ncu, nsys, or torch.profiler without nsys), as a part of
+harness.execute.runner.Runner: each re-runs the chosen cases' `profile` pass in a worker wrapped by the
+profiler, then exports, parses and merges what it measured into the run's metrics and extra
+tables. On one GPU the passes run one after the other; with --gpus they share the GPUs: every
+pass's cases are dealt onto them together, an implementation's cases of one pass in one
+process (ncu on one GPU while nsys runs on another), a GPU running its processes in turn.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from rich.progress import Progress
+
+from harness.machine import env as envmod
+from harness import store
+from harness.experiment import spec
+from harness.execute.executors.process import (describe_rc, run_threads, stream, worker_argv,
+                                       worker_env)
+from harness.execute.executors.schedule import (PROFILE_CASE_S, PROFILE_PROCESS_S, PROFILE_SETUP_S,
+                                        shard_by_impl, shard_profilers)
+from harness.execute.previous import previous_profile_s
+
+
+class ProfilerPasses:
+    """Runner's profiler passes (needs run_dir, exp, device, executor, passes, pass_wall,
+    manifest, plan() and _set_pass() from Runner)."""
+
+    def _profilers(self, progress: Progress) -> None:
+        prof = self.exp.profile
+        if self.device != "cuda":
+            for name, opts in (("ncu", prof.ncu), ("nsys", prof.nsys)):
+                if opts is not None and opts.enabled:
+                    self._set_pass(name, "skipped: no CUDA device (ncu and nsys need an "
+                                         "NVIDIA GPU)")
+            return
+        if self.executor.kind == "ray" and not envmod.cuda_device_present()[0]:
+            for name, opts in (("ncu", prof.ncu), ("nsys", prof.nsys)):
+                if opts is not None and opts.enabled:
+                    self._set_pass(name, "skipped: the Ray driver has no GPU (the profiler "
+                                         "passes run on the driver's first GPU)")
+            return
+        todo = []
+        if prof.ncu is not None and prof.ncu.enabled and not self._done("ncu"):
+            todo.append(("ncu", prof.ncu))
+        if prof.nsys is not None and prof.nsys.enabled and not self._done("nsys"):
+            from harness.profilers.nsys import Nsys
+
+            if Nsys().is_available():
+                todo.append(("nsys", prof.nsys))
+            else:
+                self._set_pass("nsys", f"skipped: {Nsys().availability().detail}; "
+                                       "kernel table from torch.profiler instead")
+                todo.append(("torch_profiler", prof.nsys))
+        self.profile_passes(progress, todo)
+
+    def _done(self, name: str) -> bool:
+        return self.passes.get(name, "").startswith(("done", "skipped"))
+
+    def profile_cases(self, which) -> list[str]:
+        cases = store.load_cases(self.run_dir)
+        runnable = cases[cases.status.isin(["ok", "failed"])]
+        if which == "all":
+            return list(runnable.case_id)
+        if which == "first":
+            first = runnable.shape_id.iloc[0] if len(runnable) else None
+            return list(runnable[runnable.shape_id == first].case_id)
+        return [r.case_id for r in runnable.itertuples()
+                if any(spec.glob_matches(r.case_id, f"{r.impl}.{r.shape_id}", p) for p in which)]
+
+    def profile(self, progress: Progress, prof_name: str, options) -> None:
+        """One profiler pass on its own (profile_passes)."""
+        self.profile_passes(progress, [(prof_name, options)])
+
+    def profile_passes(self, progress: Progress, todo: list[tuple[str, object]]) -> None:
+        """Run the profiler passes `todo` ([(name, options)], in order). With one GPU, one pass
+        after the other. With several, side by side: every pass's processes are dealt onto
+        the GPUs together (an implementation's cases of one pass in one process, a GPU running
+        its processes in turn), so ncu on one GPU runs while nsys runs on another instead of
+        each pass leaving a GPU idle through its start-up and its tail."""
+        passes = [p for p in (self._plan_pass(progress, name, opts) for name, opts in todo) if p]
+        gpus = self.executor.profiler_gpus()
+        if len(passes) > 1 and len(gpus) > 1:
+            started = time.monotonic()
+            for p, shards in zip(passes, self._joint_shards(passes, gpus)):
+                p.shards = shards
+            self._run_processes(passes)
+            self._export(passes)
+            for p in passes:
+                self._merge_pass(p, side_by_side=True)
+            key = "+".join(p.name for p in passes)
+            self.pass_wall[key] = round(time.monotonic() - started, 2)
+            return
+        for p in passes:  # one GPU: each pass whole before the next (also its export)
+            p.shards = self._profile_shards(p.name, p.cases)
+            self._run_processes([p])
+            self._export([p])
+            self._merge_pass(p)
+
+    def _plan_pass(self, progress: Progress, prof_name: str, options) -> "_Pass | None":
+        from harness.profilers import base
+
+        prof = base.get(prof_name)
+        avail = prof.availability()
+        if not avail.ok:
+            self._set_pass(prof_name, f"skipped: {avail.detail}")
+            return None
+        cases = self.profile_cases(options.cases if hasattr(options, "cases") else "all")
+        if not cases:
+            self._set_pass(prof_name, "skipped: no runnable case to profile")
+            return None
+        # one report per pass: a pass stopped half-way (Ctrl-C, timeout) is redone whole,
+        # not just for the cases its worker had not reached
+        store.clear_parts(self.run_dir, prof_name)
+        task = progress.add_task(prof_name, total=len(cases))
+        options = prof.prepare(options, store.load_cases(self.run_dir), cases)
+        return _Pass(prof_name, prof, options, cases, progress, task)
+
+    def _run_processes(self, passes: list["_Pass"]) -> None:
+        """Every shard of `passes` as a profiler process pinned to its GPU: one process at a
+        time on a GPU, the GPUs side by side. Ctrl-C stops them all (Interrupted)."""
+        by_gpu: dict[object, list[tuple[_Pass, int]]] = {}
+        for p in passes:
+            for i, (gpu, _ids, _out) in enumerate(p.shards):
+                by_gpu.setdefault(gpu, []).append((p, i))
+
+        stop = threading.Event()  # Ctrl-C: every lane's process group is killed
+
+        def one(p: _Pass, i: int) -> None:
+            gpu, ids, out_dir = p.shards[i]
+            argv = p.prof.command(worker_argv(self.run_dir, "torch_profiler" if p.name ==
+                                              "torch_profiler" else "profile", self.device, ids,
+                                              tag=p.name,
+                                              shard=f"gpu{gpu}" if len(p.shards) > 1 else None),
+                                  out_dir, p.options)
+            env = {**worker_env(self.device, gpu), **p.prof.env()}
+            p.mark()
+            try:
+                p.outcome[i] = stream(argv, env, out_dir / f"{p.name}.log", p.on_event,
+                                      timeout=p.options.timeout_s, watchdog=stop.is_set)
+            finally:
+                p.mark()
+
+        lanes = list(by_gpu.values())
+        if len(lanes) == 1 and len(lanes[0]) == 1:
+            one(*lanes[0][0])  # in this thread: Ctrl-C reaches stream() itself
+            return
+
+        def lane(jobs) -> None:
+            for p, i in jobs:
+                if stop.is_set():
+                    return
+                one(p, i)
+
+        run_threads([threading.Thread(target=lane, args=(jobs,), daemon=True)
+                     for jobs in lanes], stop)
+
+    def _export(self, passes: list["_Pass"]) -> None:
+        """Export and parse every shard's capture, side by side (each shard is an ncu or nsys
+        process of its own, and reading a large report takes seconds)."""
+        for p in passes:
+            p.progress.update(p.task, description=f"{p.name} export")
+            p.finished = [None] * len(p.shards)
+
+        def finish(job: tuple) -> None:
+            p, i = job
+            _gpu, ids, out_dir = p.shards[i]
+            t0 = time.monotonic()
+            got: dict = {"frame": None, "tables": {}, "error": None, "tables_error": None}
+            try:
+                if p.name == "torch_profiler":
+                    self._write_torch_profiler_kernels(out_dir, ids)
+                p.prof.export(out_dir)
+                got["frame"] = p.prof.parse(out_dir)
+            except Exception as exc:  # keep the timing results and the raw files whatever happens
+                got["error"] = exc
+            else:
+                try:  # tables besides metrics (ncu: source lines); a failure costs only them
+                    got["tables"] = p.prof.extra_tables(out_dir)
+                except Exception as exc:
+                    got["tables_error"] = exc
+            got["export_s"] = time.monotonic() - t0
+            p.finished[i] = got
+
+        jobs = [(p, i) for p in passes for i in range(len(p.shards))]
+        with ThreadPoolExecutor(len(jobs)) as pool:
+            list(pool.map(finish, jobs))
+
+    def _merge_pass(self, p: "_Pass", side_by_side: bool = False) -> None:
+        prof_name = p.name
+        ran = p.span[1] - p.span[0] if p.span else 0.0
+        export_s = max((got["export_s"] for got in p.finished), default=0.0)
+        wall = ran + export_s
+        self.pass_wall[prof_name] = round(wall, 2)
+        p.progress.update(p.task, description=prof_name)
+
+        frames, tables, states = [], {}, []
+        for i, (_gpu, ids, out_dir) in enumerate(p.shards):
+            log = out_dir / f"{prof_name}.log"
+            rc, timed_out = p.outcome.get(i, (1, False))
+            problem = _log_problem(prof_name, log.read_text(errors="replace")
+                                   if log.exists() else "")
+            if problem and "ERR_NVGPUCTRPERM" in problem:
+                self._set_pass(prof_name, f"skipped: {problem}")
+                return
+            if timed_out:
+                states.append(f"failed: timed out after {p.options.timeout_s:g} s (log: {log})")
+            elif rc != 0:
+                states.append(f"failed: exit {describe_rc(rc)}"
+                              f"{': ' + problem if problem else ''} (log: {log})")
+            got = p.finished[i]
+            if got["error"] is not None:
+                exc = got["error"]
+                self._set_pass(prof_name, f"failed: {type(exc).__name__}: {exc}")
+                return
+            frames.append(got["frame"])
+            for name, table in got["tables"].items():
+                tables.setdefault(name, []).append(table)
+            if got["tables_error"] is not None:
+                exc = got["tables_error"]
+                states.append(f"done (source lines failed: {type(exc).__name__}: {exc})")
+        import pandas as pd
+
+        frames = [f for f in frames if len(f)]
+        self._merge_metrics(p.prof.source, pd.concat(frames, ignore_index=True) if frames
+                            else pd.DataFrame(columns=store.METRIC_COLUMNS))
+        for name, parts in tables.items():
+            store.write_table(self.run_dir, name, pd.concat(parts, ignore_index=True))
+        timing = {"wall_s": round(wall, 2), "run_s": round(ran, 2),
+                  "export_s": round(export_s, 2), "cases": len(p.cases),
+                  "per_case_s": p.per_case}
+        if len(p.shards) > 1 or side_by_side:
+            timing["gpus"] = {str(g): len(ids) for g, ids, _ in p.shards}
+        if side_by_side:
+            timing["side_by_side"] = True
+        self.manifest = store.update_manifest(
+            self.run_dir, profiler_wall_s={**self.manifest.get("profiler_wall_s", {}),
+                                           prof_name: timing})
+        failed = [st for st in states if st.startswith("failed")]
+        self._set_pass(prof_name, failed[0] if failed else (states[0] if states else "done"))
+
+    def _joint_shards(self, passes: list["_Pass"], gpus: list) -> list[list[tuple]]:
+        """Per pass, its (gpu, case ids, out dir) shards when all `passes` share the GPUs
+        (schedule.shard_profilers): an implementation's cases under one pass are one unit, and
+        a unit weighs the seconds its cases took under that profiler in the previous run (the
+        first case's warm-up included), else a per-profiler prior (PROFILE_CASE_S) spread over
+        the cases by their estimated cost, plus a warm-up (PROFILE_SETUP_S)."""
+        frame = store.load_cases(self.run_dir)
+        impl_of = dict(zip(frame.case_id, frame.impl))
+        _, est, _ = self.plan()
+        units: dict[tuple[str, str], list[str]] = {}
+        cost: dict[str, float] = {}  # keyed "pass|case": a case is in several passes
+        setup: dict[tuple[str, str], float] = {}
+        for p in passes:
+            seen = previous_profile_s(self.run_dir, p.name)
+            mean = sum(est.get(c, 0.0) for c in p.cases) / max(1, len(p.cases)) or 1.0
+            prior = PROFILE_CASE_S.get(p.name, PROFILE_CASE_S["default"])
+            for c in p.cases:
+                u = (p.name, impl_of.get(c, c))
+                units.setdefault(u, []).append(f"{p.name}|{c}")
+                cost[f"{p.name}|{c}"] = seen[c] if c in seen else prior * est.get(c, mean) / mean
+                if c not in seen:
+                    setup[u] = PROFILE_SETUP_S
+        process_s = {p.name: PROFILE_PROCESS_S.get(p.name, PROFILE_PROCESS_S["default"])
+                     for p in passes}
+        per_gpu = shard_profilers(units, cost, len(gpus), process_s, setup)
+        out = []
+        for p in passes:
+            pos = {c: i for i, c in enumerate(p.cases)}
+            out.append(self._with_dirs(p.name, [
+                (g, sorted((k.split("|", 1)[1] for k in got.get(p.name, [])),
+                           key=pos.__getitem__)) for g, got in zip(gpus, per_gpu)]))
+        return out
+
+    def _with_dirs(self, prof_name: str, parts: list[tuple]) -> list[tuple]:
+        """(gpu, case ids) per process, empty ones dropped -> (gpu, case ids, out dir): one
+        process writes raw/<prof>/ (as on one GPU), several raw/<prof>/gpu<i>/ each."""
+        parts = [(g, ids) for g, ids in parts if ids]
+        if len(parts) == 1:
+            return [(*parts[0], store.raw_dir(self.run_dir, prof_name))]
+        return [(g, ids, store.raw_dir(self.run_dir, prof_name, f"gpu{g}")) for g, ids in parts]
+
+    def _profile_shards(self, prof_name: str, cases: list[str]) -> list[tuple]:
+        """(gpu, case ids, out dir) per profiler process: one on one GPU, else an
+        implementation's cases together on one GPU (an implementation heavier than a GPU's
+        fair share split over several), out dirs as _with_dirs. A case weighs what it took
+        under this profiler in the previous run, else its estimated cost."""
+        gpus = self.executor.profiler_gpus()
+        if len(gpus) <= 1 or len(cases) <= 1:
+            return self._with_dirs(prof_name, [(gpus[0] if gpus else None, cases)])
+        frame = store.load_cases(self.run_dir)
+        impl_of = dict(zip(frame.case_id, frame.impl))
+        _, cost, _ = self.plan()
+        seen = previous_profile_s(self.run_dir, prof_name)
+        weight = {c: seen[c] if c in seen else cost.get(c, 0.0) for c in cases}
+        parts = shard_by_impl(cases, impl_of, weight, len(gpus))
+        return self._with_dirs(prof_name, list(zip(gpus, parts)))
+
+    def _write_torch_profiler_kernels(self, out_dir: Path, ids: list[str]) -> None:
+        from harness.profilers.torch_profiler import KERNELS_FILE
+
+        recs = store.read_parts(self.run_dir, "torch_profiler")
+        keep = set(ids)
+        per_case = {r["case_id"]: r.get("kernels", []) for r in recs
+                    if r["status"] == "ok" and r["case_id"] in keep}
+        store.write_json(out_dir / KERNELS_FILE, per_case)
+
+    def _merge_metrics(self, source: str, df) -> None:
+        import pandas as pd
+
+        old = store.load_metrics(self.run_dir)
+        old = old[old.source != source] if len(old) else old
+        frames = [f for f in (old, df) if len(f)]
+        merged = pd.concat(frames, ignore_index=True) if frames else df
+        store.write_table(self.run_dir, "metrics", merged)
+
+
+class _Pass:
+    """One profiler pass in flight: its cases, shards, per-case seconds and process outcomes."""
+
+    def __init__(self, name: str, prof, options, cases: list[str], progress: Progress,
+                 task) -> None:
+        self.name, self.prof, self.options, self.cases = name, prof, options, cases
+        self.progress, self.task = progress, task
+        self.shards: list[tuple] = []           # (gpu, case ids, out dir) per process
+        self.outcome: dict[int, tuple[int, bool]] = {}
+        self.finished: list[dict] = []
+        self.per_case: dict[str, float] = {}    # wall time under the profiler (replays included)
+        self.span: list[float] = []             # first process start, last process end
+        self._began: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def mark(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self.span = [min(self.span[0], now), max(self.span[1], now)] if self.span \
+                else [now, now]
+
+    def on_event(self, ev: dict) -> None:
+        with self._lock:
+            if ev["event"] == "start":
+                self._began[ev["case_id"]] = time.monotonic()
+                self.progress.update(self.task, description=f"{self.name} {ev['case_id']}")
+            elif ev["event"] == "done":
+                self.per_case[ev["case_id"]] = round(
+                    time.monotonic() - self._began[ev["case_id"]], 2)
+                self.progress.advance(self.task)
+
+
+def _log_problem(prof_name: str, text: str) -> str | None:
+    if prof_name == "ncu":
+        from harness.profilers.ncu import check_log
+
+        return check_log(text)
+    return None

@@ -1,0 +1,420 @@
+"""The process that touches the device: `python -m harness worker --run DIR --passes check,time`.
+
+The runner (and, for profiler passes, ncu/nsys) starts it. It reads the cases from the run
+directory, does each (pass, case) not yet recorded, and appends one record per (pass, case) to
+`parts/<pass>.jsonl` as it goes, so a crash loses at most the case in flight. Progress goes to
+stdout as `@@harness {json}` lines; everything else on stdout/stderr is the log.
+
+Passes
+  check           correctness vs the reference (fresh inputs, NaN-poisoned outputs)
+  time            timing samples + peak memory
+  profile         warm-up (compile, autotune) outside any range, then exactly one call inside an
+                  NVTX push/pop range of domain `harness` named for the case id; ncu and nsys
+                  wrap this pass
+  torch_profiler  the same single call under torch.profiler (the nsys fallback)
+  ab              `harness ab` (harness.execute.ab_worker): the head run's worker checks and times both
+                  versions of each case, interleaved, recording into both runs of the pair
+  warm            compile-ahead (GPU runs, before check): one call of each case of an impl
+                  that compiles (backend triton or compile) with the Tuners compiling every
+                  candidate and timing none (harness.tuning.compile_only); its only product is
+                  the on-disk kernel caches (Triton, Inductor), its records only say what it did
+
+Launch configurations (harness.tuning): a case of a configured candidate runs with its tunables
+forced (a Tuner's, or a `triton.autotune` kernel's: harness.tuning.autotune.steering); the picks of
+every check/time call are logged and stored with the record (config, config_source), with the
+impl's code_hash and, on the GPU, the compiled kernels' registers/spills/shared memory (time
+pass, one extra call after the samples). Picks the Tuners (and autotuners) time are persisted
+in the run dir (store.save_tuner_picks) and loaded by every later worker.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+import traceback
+import zlib
+from pathlib import Path
+
+from harness.errors import exception_line
+
+EXIT_CONTEXT_DEAD = 3
+PASSES = ("check", "time", "profile", "torch_profiler", "warm", "ab")
+WARM_BACKENDS = ("triton", "compile")  # what JIT-compiles on its first call
+WARM_MEMORY_FRACTION_ENV = "HARNESS_WARM_MEMORY_FRACTION"
+NVTX_DOMAIN = "harness"
+CPU_REP_MS = 200.0  # the time pass's budget per case on the CPU
+
+
+def emit(event: str, **fields) -> None:
+    print("@@harness " + json.dumps({"event": event, **fields}, default=str), flush=True)
+
+
+def shape_key(params: dict, dtype: str) -> str:
+    """The implementation-free identity of a case (its parameters and dtype)."""
+    return json.dumps(dict(params), sort_keys=True, default=str) + dtype
+
+
+def case_seed(run_seed: int, case_id: str) -> int:
+    return (run_seed + zlib.crc32(case_id.encode())) % (2 ** 31)
+
+
+class Worker:
+    def __init__(self, run_dir: Path, device: str):
+        from harness import store
+        from harness.experiment import spec
+        from harness.execute.code_tree import op_for
+        from harness.registry import Params
+
+        self.run_dir = Path(run_dir)
+        self.device = device
+        self.manifest = store.load_manifest(self.run_dir)
+        self.exp = spec.Experiment.model_validate(self.manifest["experiment"])
+        self.op = op_for(self.manifest)  # a `harness ab` base run: its commit's op
+        self.seed = int(self.manifest.get("seed", 0))
+        cases = store.load_cases(self.run_dir)
+        self.cases = [
+            (r.case_id, _registered_impl(r), Params(json.loads(r.params)), r.dtype)
+            for r in cases.itertuples()
+        ]
+        self.forced = {r.case_id: _forced_config(r) for r in cases.itertuples()}
+        self.flusher = None
+        self.ref_cache = None
+        self.code_hashes: dict[str, str] = {}
+        self.warm_capped = False  # the warm pass set its share of GPU memory
+        self.process = 0  # which of the time pass's processes this is (0: the first)
+        self.processes = store.time_processes(self.run_dir)  # how many there are
+        from harness import tuning
+
+        tuning.load_picks(store.load_tuner_picks(self.run_dir))
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _torch_dtype(self, name):
+        from harness.execute.correctness import TORCH_DTYPES
+
+        return TORCH_DTYPES[name]
+
+    def _prepare(self, impl, params, dtype, case_id):
+        """Fresh inputs, an output buffer, and the bound zero-argument call."""
+        import torch
+
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(case_seed(self.seed, case_id) + 1)
+        inputs = self.op.make_inputs(params, self._torch_dtype(dtype), self.device, gen)
+        out = self.op.make_out(inputs, params) if impl.accepts_out else None
+        fn = self.op.bind_impl(impl, inputs, params, out)
+        nbytes = sum(t.numel() * t.element_size() for t in (*inputs, out)
+                     if isinstance(t, torch.Tensor))
+        return fn, nbytes
+
+    def _sync(self):
+        if self.device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+
+    # -- passes ------------------------------------------------------------------------------
+    def do_check(self, impl, params, dtype, case_id) -> dict:
+        from harness.execute.correctness import check
+
+        opts = self.exp.correctness
+        if not opts.enabled:
+            return {"status": "ok", "correct": None, "error": None,
+                    "expected_kernels": impl.kernels_expected(params)}
+        from harness.execute import correctness
+
+        ref0 = correctness.REF_SECONDS[0]
+        if self.ref_cache is None:
+            self.ref_cache = correctness.ReferenceCache()
+        # one seed per shape: all implementations of a shape see the same fresh inputs, and the
+        # reference is computed once for them (fresh again in the next run: the run seed differs)
+        res = check(self.op, impl, params, dtype, self.device, trials=opts.trials,
+                    seed=case_seed(self.seed, shape_key(params, dtype)),
+                    tol_factor=opts.tol_factor, cache=self.ref_cache)
+        ref_s = round(correctness.REF_SECONDS[0] - ref0, 3)
+        # what the code measured declares, kept with the run (the code may change later)
+        return {"status": "ok" if res.correct else "failed", **res.as_dict(),
+                "expected_kernels": impl.kernels_expected(params), "ref_s": ref_s}
+
+    def do_time(self, impl, params, dtype, case_id) -> dict:
+        """This process's share of the case's timing (timing.share: the budget of
+        `timing.processes` processes split between them). The first process also records
+        the peak memory and what was compiled; a repeat (`--tag time_p2`, ...) only samples."""
+        from harness.execute import timing
+
+        t = self.exp.timing
+        n = self.processes
+        part = timing.share(n, warmup_ms=t.warmup_ms, rep_ms=t.rep_ms,
+                            min_samples=t.min_samples, max_samples=t.max_samples,
+                            max_rel_err=t.max_rel_err)
+        fn, nbytes = self._prepare(impl, params, dtype, case_id)
+        if self.device == "cuda":
+            if self.flusher is None:
+                self.flusher = timing.Flusher("cuda", t.flush_l2)
+            peak = None if self.process else timing.peak_memory(fn, nbytes)
+            samples = timing.bench(fn, device="cuda", **part, flush_l2=t.flush_l2,
+                                   cuda_graph=t.cuda_graph, host_overhead=t.host_overhead,
+                                   flusher=self.flusher, clock_probe=self._clock_probe())
+        else:  # interpreter / CPU: a few wall-clock samples, labelled as such (never judged:
+            # an interpreted kernel's seconds say nothing of its GPU time, so one warm-up call
+            # and two samples for a slow one, more within 200 ms for a fast one)
+            peak = None
+            samples = timing.bench(fn, device="cpu", warmup_ms=1e-3,
+                                   rep_ms=min(t.rep_ms, CPU_REP_MS) / n, min_samples=2,
+                                   max_samples=part["max_samples"],
+                                   max_rel_err=part["max_rel_err"])
+        rec = {"status": "ok", "samples": list(samples.ms), "peak_mem_bytes": peak,
+               "process": self.process, **samples.summary()}
+        if self.process:  # a repeat: the first process's record keeps the provenance
+            return rec
+        if self.device == "cuda":  # one more call, outside the samples: what was compiled
+            from harness.tuning.provenance import compiled_kernels
+
+            try:
+                rec["compiled"] = compiled_kernels(fn, impl.fn, self._sync)
+            except Exception as exc:  # provenance never fails a timed case; say why it is absent
+                rec["compiled"], rec["compiled_error"] = None, exception_line(exc, 500)
+        else:  # the interpreter compiles nothing
+            rec["compiled"] = []
+        return rec
+
+    def _warm_then_range(self, impl, params, dtype, case_id, inside):
+        """Warm up outside any range (JIT, autotune, cudnn plans), then one call inside."""
+        import nvtx
+
+        fn, _ = self._prepare(impl, params, dtype, case_id)
+        for _ in range(3):
+            fn()
+        self._sync()
+        nvtx.push_range(message=case_id, domain=NVTX_DOMAIN)
+        try:
+            result = inside(fn)
+            self._sync()
+        finally:
+            nvtx.pop_range(domain=NVTX_DOMAIN)
+        return result
+
+    def do_warm(self, impl, params, dtype, case_id) -> dict:
+        if impl.backend not in WARM_BACKENDS:
+            return {"status": "skipped", "error": f"backend {impl.backend}: nothing to compile"}
+        from harness import tuning
+
+        if self.device == "cuda" and not self.warm_capped:
+            import torch  # several warmers share the GPU: each keeps to its share of memory
+
+            frac = float(os.environ.get(WARM_MEMORY_FRACTION_ENV, "0") or 0)
+            if 0 < frac < 1:
+                torch.cuda.set_per_process_memory_fraction(frac)
+            self.warm_capped = True
+        for attempt in (0, 1):
+            try:
+                fn, _ = self._prepare(impl, params, dtype, case_id)
+                with tuning.compile_only():
+                    fn()
+                self._sync()
+                return {"status": "ok"}
+            except Exception as exc:
+                if attempt or type(exc).__name__ != "OutOfMemoryError":
+                    raise
+            # out of this worker's share of memory: what torch's allocator keeps cached from
+            # earlier cases counts against it; hand that back (the failed call's tensors are
+            # gone with its exception) and try once more
+            fn = None
+            gc.collect()
+            if self.device == "cuda":
+                import torch
+
+                torch.cuda.empty_cache()
+        raise AssertionError("unreachable")
+
+    def _clock_probe(self):
+        """An NVML reading of this worker's GPU's SM clock (None without NVML)."""
+        from harness.machine import nvml
+
+        index = _gpu_index()
+        return lambda: nvml.sm_clock(0 if index is None else index)
+
+    def do_profile(self, impl, params, dtype, case_id) -> dict:
+        self._warm_then_range(impl, params, dtype, case_id, lambda fn: fn())
+        return {"status": "ok"}
+
+    def do_torch_profiler(self, impl, params, dtype, case_id) -> dict:
+        from harness.profilers.torch_profiler import profile_call
+
+        kernels = self._warm_then_range(impl, params, dtype, case_id,
+                                        lambda fn: profile_call(fn, self.device))
+        return {"status": "ok", "kernels": kernels}
+
+    # -- loop ----------------------------------------------------------------------------------
+    def where(self) -> dict:
+        """Which GPU of which host ran the case, and that GPU's state (name, clocks, temperature)
+        read through NVML, or nvidia-smi without it (never with CUDA: the worker may be wrapped
+        by ncu)."""
+        import socket
+
+        out = {"host": socket.gethostname(), "gpu": _gpu_index()}
+        if self.device == "cuda":
+            out.update(gpu_state(out["gpu"] if out["gpu"] is not None else 0))
+        return out
+
+    def run(self, passes: list[str], only: set[str] | None, tag: str | None = None,
+            shard: str | None = None) -> int:
+        """Do every (pass, case) without a record; records go to parts/<tag or pass>.jsonl
+        (parts/<pass>.<shard>.jsonl when several workers run at once)."""
+        from harness import store, tuning
+
+        self.process = store.repeat_index(tag)
+        for pass_name in passes:
+            part = tag or pass_name
+            done = {r["case_id"]: r for r in store.read_parts(self.run_dir, part)}
+            check_parts = {r["case_id"]: r for r in store.read_parts(self.run_dir, "check")}
+            todo = [c for c in self.cases if c[0] not in done and (only is None or c[0] in only)]
+            if only is not None:  # the order the scheduler gave (longest first)
+                rank = {c: i for i, c in enumerate(only)}
+                todo.sort(key=lambda c: rank.get(c[0], 0))
+            emit("pass", name=part, total=len(todo))
+            for case_id, impl_name, params, dtype in todo:
+                emit("start", name=part, case_id=case_id)
+                began = time.perf_counter()
+                rec = self._one(pass_name, case_id, impl_name, params, dtype, check_parts)
+                rec["wall_s"] = round(time.perf_counter() - began, 3)
+                if pass_name in ("check", "time"):
+                    rec.update(self.where())
+                if pass_name == "warm":  # compile-ahead picks nothing for later passes
+                    tuning.take_new_picks()
+                else:
+                    store.save_tuner_picks(self.run_dir, tuning.take_new_picks(), shard=shard)
+                store.append_part(self.run_dir, part, {"case_id": case_id, **rec}, shard=shard)
+                emit("done", name=part, case_id=case_id, status=rec["status"])
+                if rec.get("context_dead"):
+                    return EXIT_CONTEXT_DEAD
+        return 0
+
+    def _one(self, pass_name, case_id, impl_name, params, dtype, check_parts) -> dict:
+        impl = self.op.get_impl(impl_name)
+        reason = impl.reason_unavailable(params, dtype, self.device)
+        if reason:
+            return {"status": "skipped", "error": reason}
+        prior = check_parts.get(case_id)
+        if pass_name != "check" and prior and prior["status"] in ("error", "skipped", "timeout"):
+            return {"status": "skipped", "error": f"check: {prior.get('error')}"}
+        from harness import tuning
+        from harness.tuning.autotune import steering
+
+        handler = getattr(self, f"do_{pass_name}")
+        try:
+            forced = impl.split_config(self.forced.get(case_id) or {})
+            with tuning.forcing(forced), tuning.recording() as log, steering(impl):
+                rec = handler(impl, params, dtype, case_id)
+        except Exception as exc:  # a failing kernel fails its case, not the run
+            traceback.print_exc()
+            return {"status": "error", "error": exception_line(exc, 500),
+                    "context_dead": self._context_dead(exc)}
+        if pass_name in ("check", "time"):
+            rec.update(self._provenance(impl, log))
+            if log.compile_s or log.timing_s:  # the harness's own cost, kept to be profiled
+                rec.update(tuner_compile_s=round(log.compile_s, 3),
+                           tuner_timing_s=round(log.timing_s, 3))
+        return rec
+
+    def _provenance(self, impl, log) -> dict:
+        """config (JSON {tuner: {field: value}}), config_source, code_hash of this case."""
+        from harness.tuning.provenance import autotune_picks, code_hash
+
+        configs, source = log.configs(), log.source()
+        try:
+            if impl.name not in self.code_hashes:
+                self.code_hashes[impl.name] = code_hash(impl.fn)
+            if not configs and impl.backend == "triton":
+                configs = autotune_picks(impl.fn)
+                source = "autotune" if configs else None
+        except Exception:  # provenance never fails a case: what is missing stays empty
+            traceback.print_exc()
+            self.code_hashes.setdefault(impl.name, None)
+        return {"config": json.dumps(configs, sort_keys=False) if configs else None,
+                "config_source": source, "code_hash": self.code_hashes[impl.name]}
+
+    def _context_dead(self, exc: Exception) -> bool:
+        if self.device != "cuda":
+            return False
+        import torch
+
+        if isinstance(exc, torch.cuda.OutOfMemoryError):
+            torch.cuda.empty_cache()
+            return False
+        try:
+            torch.cuda.synchronize()
+            torch.zeros(1, device="cuda").add_(1).item()
+            return False
+        except Exception:
+            return True
+
+
+def _gpu_index() -> int | None:
+    """The GPU this worker was pinned to (HARNESS_GPU, PCI bus order), None if not pinned."""
+    gpu = os.environ.get("HARNESS_GPU")
+    return int(gpu) if gpu is not None and gpu.isdigit() else None
+
+
+def gpu_state(index: int) -> dict:
+    """{gpu_name, sm_clock_mhz, mem_clock_mhz, gpu_temp_c} of GPU `index`: NVML in-process
+    (microseconds), nvidia-smi where NVML cannot be loaded; {} where neither answers."""
+    from harness.machine import nvml
+
+    state = nvml.gpu_state(index)
+    if state is None:
+        from harness.machine.env import query_gpus
+
+        rows = query_gpus(index=index)
+        state = {k: rows[0].get(k) for k in ("gpu_name", "sm_clock_mhz", "mem_clock_mhz",
+                                             "gpu_temp_c")} if rows else {}
+    return state
+
+
+def _registered_impl(row) -> str:
+    """The registered impl a case runs (cases of older runs have no base_impl column)."""
+    base = getattr(row, "base_impl", None)
+    return base if isinstance(base, str) and base else row.impl
+
+
+def _forced_config(row) -> dict:
+    raw = getattr(row, "forced_config", None)
+    return json.loads(raw) if isinstance(raw, str) and raw else {}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="harness worker")
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--passes", required=True)
+    ap.add_argument("--cases", default=None, help="comma-separated case ids")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--tag", default=None, help="record as parts/<tag>.jsonl (one pass only)")
+    ap.add_argument("--shard", default=None, help="record as parts/<pass>.<shard>.jsonl")
+    a = ap.parse_args(argv)
+    passes = [p for p in a.passes.split(",") if p]
+    if a.tag and len(passes) != 1:
+        print("worker: --tag needs exactly one pass", file=sys.stderr)
+        return 2
+    for p in passes:
+        if p not in PASSES:
+            print(f"worker: unknown pass {p!r} (valid: {', '.join(PASSES)})", file=sys.stderr)
+            return 2
+    if a.device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    only = list(dict.fromkeys(a.cases.split(","))) if a.cases else None
+    from harness.execute import selfprofile
+
+    if passes == ["ab"]:
+        from harness.execute.ab_worker import AbWorker
+
+        with selfprofile.profiled("worker-ab"):
+            return AbWorker(Path(a.run), a.device).run(only)
+    if "ab" in passes:
+        print("worker: the ab pass runs alone (--passes ab)", file=sys.stderr)
+        return 2
+
+    w = Worker(Path(a.run), a.device)
+    with selfprofile.profiled("worker-" + "-".join([*passes, *(x for x in (a.shard, a.tag) if x)])):
+        return w.run(passes, only, a.tag, a.shard)

@@ -1,0 +1,1 @@
+"""The machine: its fingerprint (GPU, driver, clocks, software), NVML, and `doctor`."""
