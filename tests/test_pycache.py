@@ -49,7 +49,7 @@ def test_the_driver_process_does_the_same(tmp_path):
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "XDG_CACHE_HOME": str(tmp_path)}
     env.pop("PYTHONPYCACHEPREFIX", None)
     env.pop("HARNESS_PYCACHE", None)
-    code = ("import sys; from harness import pycache; pycache.apply_here(); "
+    code = ("import sys; from harness.execute import pycache; pycache.apply_here(); "
             "print(sys.pycache_prefix, sys.dont_write_bytecode)")
     out = subprocess.run([sys.executable, "-c", code], env=env, check=True, text=True,
                          capture_output=True).stdout.split()
