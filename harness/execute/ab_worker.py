@@ -270,5 +270,5 @@ def _same_bits(x, y) -> bool:
 
     if x.numel() == 0:
         return True
-    return torch.equal(x.contiguous().reshape(-1).view(torch.uint8),
-                       y.contiguous().reshape(-1).view(torch.uint8))
+    return torch.equal(x.detach().contiguous().reshape(-1).view(torch.uint8),
+                       y.detach().contiguous().reshape(-1).view(torch.uint8))
