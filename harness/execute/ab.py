@@ -160,6 +160,7 @@ class Pair:
         from harness.execute.code_tree import op_for
         from harness.execute.executors.process import Driver
         from harness.execute.executors.schedule import case_costs, case_timeout_s, longest_first
+        from harness.execute.runner import progress_events
 
         m = store.load_manifest(self.head_dir)
         exp = spec.Experiment.model_validate(m["experiment"])
@@ -174,17 +175,9 @@ class Pair:
                 self._compile_ahead(order, limits, progress)
             t0 = time.monotonic()
             task = progress.add_task("ab", total=len(order))
-
-            def on_event(ev):
-                if ev.get("name") != "ab":
-                    return
-                if ev["event"] == "start":
-                    progress.update(task, description=f"ab {ev['case_id']}")
-                elif ev["event"] == "done":
-                    progress.advance(task)
-
             Driver(self.head_dir, device=self.device, limits=limits,
-                   log_path=store.raw_dir(self.head_dir, "logs") / "ab.log", on_event=on_event,
+                   log_path=store.raw_dir(self.head_dir, "logs") / "ab.log",
+                   on_event=progress_events(progress, task, "ab", "ab"),
                    gpu=None, shard=None, env=None, stop=None).run(order, ("ab",), None)
             progress.update(task, description="ab")
         self.walls["ab"] = round(time.monotonic() - t0, 2)
@@ -196,6 +189,7 @@ class Pair:
         from harness import store
         from harness.execute.code_tree import op_for
         from harness.execute.executors.warm import compile_ahead, compile_units, warm_cases
+        from harness.execute.runner import progress_events
 
         t0 = time.monotonic()
         for run_dir in (self.head_dir, self.base_dir):
@@ -203,14 +197,11 @@ class Pair:
             ids, _ = warm_cases(run_dir, op, order)
             if not ids:
                 continue
-            task = progress.add_task(f"compile ({run_dir.name[-4:]})", total=len(ids))
-
-            def on_event(ev, task=task):
-                if ev.get("name") == "warm" and ev["event"] == "done":
-                    progress.advance(task)
-
+            label = f"compile ({run_dir.name[-4:]})"
+            task = progress.add_task(label, total=len(ids))
             out = compile_ahead(run_dir, ids, device=self.device, limits=limits, gpus=[None],
-                                on_event=on_event, units=compile_units(run_dir, op, ids))
+                                on_event=progress_events(progress, task, "warm", label),
+                                units=compile_units(run_dir, op, ids))
             store.update_manifest(run_dir, compile_ahead=out)
         self.walls["compile"] = round(time.monotonic() - t0, 2)
 

@@ -26,7 +26,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from harness.execute.timing import Flusher, Samples, flushed_call_ms, hiding_cycles
+from harness.execute.timing import (Flusher, Samples, capture_graph, flushed_call_ms,
+                                    hiding_cycles)
 
 BURST_MS = 1.0
 MAX_BURST = 8
@@ -111,22 +112,6 @@ def _pair_cpu(fns, warmup_ms, rep_ms, min_samples, max_samples, target) -> Round
     return _rounds(per, [None] * len(first), first, 1, "cpu_wall", [[], []])
 
 
-def _capture(fn):
-    import torch
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    torch.cuda.synchronize()
-    return graph.replay
-
-
 def _pair_cuda(fns, warmup_ms, rep_ms, min_samples, max_samples, target, flush, cuda_graph,
                hide_host, clock_probe) -> Rounds:
     import torch
@@ -140,7 +125,7 @@ def _pair_cuda(fns, warmup_ms, rep_ms, min_samples, max_samples, target, flush, 
             flush()
             fn()
     torch.cuda.synchronize()
-    runs = [_capture(fn) for fn in fns] if cuda_graph else list(fns)
+    runs = [capture_graph(fn) for fn in fns] if cuda_graph else list(fns)
     clock = "cuda_graph" if cuda_graph else "cuda_events"
     sleep = max(hiding_cycles(run) for run in runs) if hide_host else 0  # the same for both
     per_ms = max(est)

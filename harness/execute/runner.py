@@ -136,18 +136,9 @@ class Runner(ProfilerPasses):
         out = {"workers": 0, "cases": 0, "wall_s": 0.0}
         if ids:
             task = progress.add_task("compile", total=len(ids))
-
-            def on_event(ev):
-                if ev.get("name") != "warm":
-                    return
-                if ev["event"] == "start":
-                    progress.update(task, description=f"compile {ev['case_id']}")
-                elif ev["event"] == "done":
-                    progress.advance(task)
-
             out = compile_ahead(self.run_dir, ids, device=self.device, limits=limits,
                                 gpus=getattr(self.executor, "gpus", None) or [None],
-                                on_event=on_event,
+                                on_event=progress_events(progress, task, "warm", "compile"),
                                 units=compile_units(self.run_dir, self.op, ids))
             progress.update(task, description="compile", completed=len(ids))
         if out["workers"]:
@@ -198,6 +189,20 @@ class Runner(ProfilerPasses):
         from harness.analysis import pairing
 
         pairing.record(self.run_dir)  # the previous comparable run: `show`'s since block
+
+
+def progress_events(progress: Progress, task, name: str, label: str):
+    """A workers' event callback for pass `name`: its current case on `task`'s line
+    (`label case_id`), one step forward per case done."""
+    def on_event(ev: dict) -> None:
+        if ev.get("name") != name:
+            return
+        if ev["event"] == "start":
+            progress.update(task, description=f"{label} {ev['case_id']}")
+        elif ev["event"] == "done":
+            progress.advance(task)
+
+    return on_event
 
 
 def wall_line(walls: dict[str, float]) -> str:

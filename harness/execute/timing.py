@@ -225,6 +225,23 @@ def flushed_call_ms(fn: Callable[[], object], flush: Callable[[], object], calls
     return max(s.elapsed_time(e) / calls, 1e-3)
 
 
+def capture_graph(fn: Callable[[], object]) -> Callable[[], object]:
+    """`fn` captured in a CUDA graph (after 3 calls on a side stream): its replay."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    torch.cuda.synchronize()
+    return graph.replay
+
+
 def _bench_cuda(fn, warmup_ms, rep_ms, min_samples, max_samples, flush, cuda_graph,
                 max_rel_err, hide_host, clock_probe=None) -> Samples:
     import torch
@@ -238,21 +255,8 @@ def _bench_cuda(fn, warmup_ms, rep_ms, min_samples, max_samples, flush, cuda_gra
         fn()
     torch.cuda.synchronize()
 
-    run = fn
-    clock = "cuda_events"
-    if cuda_graph:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        torch.cuda.synchronize()
-        run = graph.replay
-        clock = "cuda_graph"
+    run = capture_graph(fn) if cuda_graph else fn
+    clock = "cuda_graph" if cuda_graph else "cuda_events"
 
     sleep = 0
     if hide_host:  # hold the GPU until the call's kernels are queued (see module docstring)
