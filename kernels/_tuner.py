@@ -255,20 +255,20 @@ class Tuner:
     def measure(self, launch: Callable[[Any], None], cfg) -> float:
         """Milliseconds per launch of `cfg`: the median of single launches, each timed with
         CUDA events after an L2 flush, over about REP_MS (at least MIN_REPS launches), after
-        two flushed launches that estimate the count. triton.testing.do_bench, used before,
-        spent 6 launches on its estimate and at least one on warm-up before each timing, and
-        timed a launch longer than REP_MS once: on an H200 the Tuners' timing was 26.5 of
-        flash.yaml's 55 s cold check pass, and a 6 ms candidate was judged on one sample.
-        The host's launch time is hidden (harness.execute.timing.hiding_cycles) as in the harness's
-        own timing: a form launching two kernels must not lose on Python time the case's
-        timing does not count."""
+        three flushed launches that estimate the count and the host time.
+        triton.testing.do_bench, used before, spent 6 launches on its estimate and at least
+        one on warm-up before each timing, and timed a launch longer than REP_MS once: on an
+        H200 the Tuners' timing was 26.5 of flash.yaml's 55 s cold check pass, and a 6 ms
+        candidate was judged on one sample. The host's launch time is hidden
+        (harness.execute.timing.spin_cycles) as in the harness's own timing: a form launching
+        two kernels must not lose on Python time the case's timing does not count."""
         import torch
 
-        from harness.execute.timing import flushed_call_ms, hiding_cycles
+        from harness.execute.timing import flushed_call_ms, spin_cycles
 
-        fn, flush = (lambda: launch(cfg)), _l2_flusher()
-        n = max(MIN_REPS, min(MAX_REPS, int(REP_MS / flushed_call_ms(fn, flush, 2))))
-        sleep = hiding_cycles(fn)
+        fn, flush, host = (lambda: launch(cfg)), _l2_flusher(), []
+        n = max(MIN_REPS, min(MAX_REPS, int(REP_MS / flushed_call_ms(fn, flush, 3, host))))
+        sleep = spin_cycles(host)
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(n)]
         for a, b in events:

@@ -198,9 +198,11 @@ def test_each_process_takes_its_share_of_the_budget_in_its_own_order():
     assert (two["warmup_ms"], two["rep_ms"], two["min_samples"], two["max_samples"]) == \
         (12.5, 50.0, 5, 2500)
     assert two["max_rel_err"] == pytest.approx(0.01 * 2 ** 0.5)  # pooled: 1 % as before
+    assert two["batch_ms"] == 10.0  # two half batches: the samples one process took alone
     assert share(3, **{**one, "min_samples": 3})["min_samples"] == 5  # a median of 5 at least
     ids = list("abcdef")
     assert rotated(ids, 2, 2) == list("cbafed")  # half-way round, reversed
     assert rotated(ids, 3, 3) == list("efabcd")
     assert measure_parts(3) == ("check", "time", "time_p2", "time_p3")
     assert [store.repeat_index(p) for p in ("time", None, "time_p2", "time_p3")] == [0, 0, 1, 2]
+

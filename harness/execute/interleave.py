@@ -26,8 +26,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from harness.execute.timing import (Flusher, Samples, capture_graph, flushed_call_ms,
-                                    hiding_cycles)
+from harness.execute.timing import (HOST_REPS, Flusher, Samples, capture_graph,
+                                    flushed_call_ms, hiding_cycles, spin_cycles)
 
 BURST_MS = 1.0
 MAX_BURST = 8
@@ -119,7 +119,8 @@ def _pair_cuda(fns, warmup_ms, rep_ms, min_samples, max_samples, target, flush, 
     for fn in fns:
         fn()
     torch.cuda.synchronize()
-    est = [flushed_call_ms(fn, flush, 3) for fn in fns]
+    host: list[list[float]] = [[], []]
+    est = [flushed_call_ms(fn, flush, HOST_REPS, h) for fn, h in zip(fns, host)]
     for _ in range(max(1, int(warmup_ms / sum(est)))):  # both warm, alternating
         for fn in fns:
             flush()
@@ -127,7 +128,10 @@ def _pair_cuda(fns, warmup_ms, rep_ms, min_samples, max_samples, target, flush, 
     torch.cuda.synchronize()
     runs = [capture_graph(fn) for fn in fns] if cuda_graph else list(fns)
     clock = "cuda_graph" if cuda_graph else "cuda_events"
-    sleep = max(hiding_cycles(run) for run in runs) if hide_host else 0  # the same for both
+    sleep = 0  # the same for both
+    if hide_host:
+        sleep = max(hiding_cycles(run) if cuda_graph else spin_cycles(h)
+                    for run, h in zip(runs, host))
     per_ms = max(est)
     k = int(min(MAX_BURST, max(1, round(BURST_MS / per_ms))))
     rounds_per_block = int(max(1, BLOCK_MS / (2 * k * per_ms)))

@@ -85,14 +85,18 @@ class Samples:
 
 
 MIN_SHARE_SAMPLES = 5  # samples a process takes at least (its median is a between-process point)
+BATCH_MS = 20.0  # GPU work queued between two host syncs (one process's share of it: share)
 
 
 def share(processes: int, *, warmup_ms: float, rep_ms: float, min_samples: int,
           max_samples: int, max_rel_err: float) -> dict:
     """One worker process's part of a case's timing budget when `processes` share it: the
-    keyword arguments of `bench` (warm-up, rep_ms, min/max samples, max_rel_err)."""
+    keyword arguments of `bench` (warm-up, rep_ms, min/max samples, max_rel_err, batch_ms).
+    The batch is shared too: most cases meet max_rel_err after their first batch, so with
+    whole batches each process took what one process took alone (on an H200, flash.yaml's
+    time pass in two processes cost 1.8x one's), and the pooled samples now match it."""
     p = max(1, int(processes))
-    return {"warmup_ms": warmup_ms / p, "rep_ms": rep_ms / p,
+    return {"warmup_ms": warmup_ms / p, "rep_ms": rep_ms / p, "batch_ms": BATCH_MS / p,
             "min_samples": max(MIN_SHARE_SAMPLES, math.ceil(min_samples / p)),
             "max_samples": max(MIN_SHARE_SAMPLES, math.ceil(max_samples / p)),
             "max_rel_err": min(0.5, max_rel_err * math.sqrt(p))}
@@ -137,12 +141,13 @@ def bench(fn: Callable[[], object], *, device: str, warmup_ms: float = 25.0,
           rep_ms: float = 200.0, min_samples: int = 10, max_samples: int = 5000,
           flush_l2: bool = True, cuda_graph: bool = False, max_rel_err: float = 0.005,
           host_overhead: str = "hide", flusher: Flusher | None = None,
-          clock_probe: Callable[[], float | None] | None = None) -> Samples:
+          clock_probe: Callable[[], float | None] | None = None,
+          batch_ms: float = BATCH_MS) -> Samples:
     """Time `fn`; return the raw samples in milliseconds."""
     if device == "cuda":
         return _bench_cuda(fn, warmup_ms, rep_ms, min_samples, max_samples,
                            flusher or Flusher(device, flush_l2), cuda_graph, max_rel_err,
-                           host_overhead == "hide", clock_probe)
+                           host_overhead == "hide", clock_probe, batch_ms)
     return _bench_cpu(fn, warmup_ms, rep_ms, min_samples, max_samples, max_rel_err)
 
 
@@ -165,6 +170,9 @@ def _sleep_cycles_per_ms() -> float:
     return _SLEEP_CYCLES_PER_MS
 
 
+HOST_REPS = 5  # calls whose host time (median) sizes the spin of host_overhead "hide"
+
+
 def host_ms(fn: Callable[[], object], reps: int = 5) -> float:
     """Median host time to enqueue one call (Python + launches), the device drained between."""
     import torch
@@ -182,8 +190,16 @@ def host_ms(fn: Callable[[], object], reps: int = 5) -> float:
 def hiding_cycles(fn: Callable[[], object]) -> int:
     """torch.cuda._sleep cycles that hold the GPU for twice `fn`'s host time (20 us to 5 ms):
     queued after the L2 flush and before the start event, the call's kernels are all queued
-    when the event fires, so the events time the device work alone (host_overhead "hide")."""
-    return int(min(max(2 * host_ms(fn), 0.02), 5.0) * _sleep_cycles_per_ms())
+    when the event fires, so the events time the device work alone (host_overhead "hide").
+    Measures the host time with the device drained (host_ms); where the calls were just made
+    by flushed_call_ms, spin_cycles of the host times it collected costs nothing more."""
+    return spin_cycles(host_ms(fn))
+
+
+def spin_cycles(host: float | list[float]) -> int:
+    """hiding_cycles for a host time in ms (a list: their median) measured elsewhere."""
+    ms = float(np.median(host)) if isinstance(host, (list, tuple)) else float(host)
+    return int(min(max(2 * ms, 0.02), 5.0) * _sleep_cycles_per_ms())
 
 
 def _enough(ms: list[float], elapsed_ms: float, rep_ms: float, min_samples: int,
@@ -210,16 +226,27 @@ def _bench_cpu(fn, warmup_ms, rep_ms, min_samples, max_samples, max_rel_err) -> 
     return Samples(tuple(ms), "cpu_wall")
 
 
-def flushed_call_ms(fn: Callable[[], object], flush: Callable[[], object], calls: int) -> float:
+def flushed_call_ms(fn: Callable[[], object], flush: Callable[[], object], calls: int,
+                    host: list[float] | None = None) -> float:
     """Milliseconds per call of `fn` preceded by `flush`, over `calls` back-to-back calls
-    (CUDA events; at least 1 us): a rough estimate to size the timing that follows."""
+    (CUDA events; at least 1 us): a rough estimate to size the timing that follows.
+
+    `host` (a list) receives each call's host time in ms: the calls are queued while the GPU
+    works through the earlier ones, so nothing waits on the device and these are the host
+    times host_ms measures with the device drained between calls (five synchronised calls
+    more per case: in flash.yaml's time pass on an H200, 6 of a process's 38 s)."""
     import torch
 
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     s.record()
     for _ in range(calls):
         flush()
+        if host is None:
+            fn()
+            continue
+        t0 = time.perf_counter()
         fn()
+        host.append((time.perf_counter() - t0) * 1e3)
     e.record()
     torch.cuda.synchronize()
     return max(s.elapsed_time(e) / calls, 1e-3)
@@ -243,14 +270,16 @@ def capture_graph(fn: Callable[[], object]) -> Callable[[], object]:
 
 
 def _bench_cuda(fn, warmup_ms, rep_ms, min_samples, max_samples, flush, cuda_graph,
-                max_rel_err, hide_host, clock_probe=None) -> Samples:
+                max_rel_err, hide_host, clock_probe=None, batch_ms=BATCH_MS) -> Samples:
     import torch
 
     fn()
     torch.cuda.synchronize()
-    # estimate one call (with flush) to size the warm-up and the batches
-    est = flushed_call_ms(fn, flush, 3)
-    for _ in range(max(1, int(warmup_ms / est))):
+    # estimate one call (with flush) to size the warm-up and the batches, and its host time;
+    # these calls are the first of the warm-up
+    host: list[float] = []
+    est = flushed_call_ms(fn, flush, HOST_REPS, host)
+    for _ in range(int(warmup_ms / est) - HOST_REPS):
         flush()
         fn()
     torch.cuda.synchronize()
@@ -260,8 +289,8 @@ def _bench_cuda(fn, warmup_ms, rep_ms, min_samples, max_samples, flush, cuda_gra
 
     sleep = 0
     if hide_host:  # hold the GPU until the call's kernels are queued (see module docstring)
-        sleep = hiding_cycles(run)
-    batch = int(min(max(1, 20.0 / est), 100))  # ~20 ms of work between host syncs
+        sleep = hiding_cycles(run) if cuda_graph else spin_cycles(host)
+    batch = int(min(max(1, batch_ms / est), 100))  # ~batch_ms of work between host syncs
     ms: list[float] = []
     clocks: list[float] = []
     begin = time.perf_counter()
