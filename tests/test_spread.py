@@ -206,3 +206,28 @@ def test_each_process_takes_its_share_of_the_budget_in_its_own_order():
     assert measure_parts(3) == ("check", "time", "time_p2", "time_p3")
     assert [store.repeat_index(p) for p in ("time", None, "time_p2", "time_p3")] == [0, 0, 1, 2]
 
+
+def test_every_run_times_a_case_on_the_same_inputs(tmp_path):
+    """The time pass's inputs are seeded by the case, not the run (the check pass's are the
+    run's): two runs of unchanged code then differ only by what differs between processes."""
+    import torch
+
+    from harness.execute.worker import Worker
+    from harness.experiment import spec as spec_mod
+    from harness.store.results import cases_frame
+
+    exp = spec_mod.from_dict({"name": "seeds", "op": "softmax", "baseline": "torch",
+                              "sweep": {"M": [4], "N": [64]}, "dtypes": ["float32"]})
+    cases = spec_mod.expand(exp)
+    made = []
+    for seed in (1, 2):
+        run = store.create_run(tmp_path / str(seed), "seeds", {
+            "experiment": exp.model_dump(mode="json"), "device": "cpu", "seed": seed,
+            "status": "running", "passes": {}, "env": {"device": "cpu"}})
+        store.write_table(run, "cases", cases_frame(cases))
+        w = Worker(run, "cpu")
+        case_id, impl_name, params, dtype = w.cases[0]
+        fn, _ = w._prepare(w.op.get_impl(impl_name), params, dtype, case_id)
+        made.append(fn())
+    assert torch.equal(made[0], made[1])
+    assert not torch.equal(made[0], torch.zeros_like(made[0]))

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from harness import store
-from harness.execute.worker import EXIT_CONTEXT_DEAD, Worker, case_seed, emit
+from harness.execute.worker import EXIT_CONTEXT_DEAD, Worker, emit, timed_seed
 
 ROLES = ("base", "head")
 
@@ -151,7 +151,7 @@ class AbWorker:
 
         def make(w):
             gen = torch.Generator(device=self.device)
-            gen.manual_seed(case_seed(self.head.seed, case_id) + 1)
+            gen.manual_seed(timed_seed(case_id))
             return w.op.make_inputs(params, w._torch_dtype(dtype), self.device, gen)
 
         made = {role: make(w) for role, w in self.sides.items()}
