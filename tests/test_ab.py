@@ -219,9 +219,9 @@ def test_the_known_effect_copy_moves_its_extra_bytes():
 
 
 def test_the_detection_table_counts_marks_by_size():
-    rows = [{"impl": "triton", "mark": "slower", "base_ms": 0.2, "mde": 0.004},
+    rows = [{"impl": "triton", "mark": "slower", "base_ms": 0.2, "mde": 0.004, "ratio": 0.98},
             {"impl": "triton", "mark": "ambiguous", "base_ms": 0.01, "mde": 0.02},
-            {"impl": "triton", "mark": "same", "base_ms": 0.06, "mde": 0.006},
+            {"impl": "triton", "mark": "same", "base_ms": 0.06, "mde": 0.006, "ratio": 1.0},
             {"impl": "torch", "mark": "same", "base_ms": 0.2, "mde": 0.003}]
     s = tool.summarize(rows, "triton")
     assert (s["n"], s["n_long"], s["mde_median"]) == (3, 2, 0.006)
@@ -229,7 +229,9 @@ def test_the_detection_table_counts_marks_by_size():
                                                        "ambiguous": 0}
     md = tool.table([{"effect": "2", "method": "ab", "wall_s": 12.0, "triton": s,
                       "torch": tool.summarize(rows, "torch")}])
-    assert "| 2 % | ab | 1 / 1 / 1 of 3 | 1 / 1 / 0 of 2 | 0.60% | 0 / 1 / 0 of 1 | 12 |" in md
+    assert s["effect_long"][0] == pytest.approx(0.5 * (1 / 0.98 - 1))  # time moved, >= 50 us
+    assert ("| 2 % | ab | 1 / 1 / 1 of 3 | 1 / 1 / 0 of 2 | +1.0% (+0.0 to +2.0) | 0.60% | "
+            "0 / 1 / 0 of 1 | 12 |") in md
 
 
 def test_the_aa_script_snapshots_kernels_and_counts_marks(tmp_path):

@@ -85,6 +85,41 @@ def marks(time_rows: list[dict]) -> dict:
                             if r["mark"] in ("faster", "slower")]}
 
 
+def _plain(o):
+    """numpy scalars and arrays in the JSON dump"""
+    return o.tolist() if hasattr(o, "tolist") else str(o)
+
+
+def details(store: Path, pair, time_rows: list[dict]) -> list[dict]:
+    """Every pair not judged `same`: its figures, and each side's per-process medians, launch
+    config and SM clock from results.parquet (what tells a between-run shift from a process's)."""
+    import pandas as pd
+
+    res = []
+    for run in pair:
+        f = store / run / "results.parquet"
+        res.append(pd.read_parquet(f).set_index("case_id") if f.exists() else None)
+    out = []
+    for r in time_rows:
+        if r["mark"] == "same":
+            continue
+        d = {k: r.get(k) for k in ("key", "mark", "base_ms", "cand_ms", "ratio", "ci_low",
+                                   "ci_high", "threshold", "mde", "method", "text")}
+        for side, df, cid in (("base", res[0], r.get("base_case_id")),
+                              ("cand", res[1], r.get("cand_case_id"))):
+            if df is None or cid not in df.index:
+                continue
+            row = df.loc[cid]
+            d[side] = {k: (row[k] if k in row and row[k] == row[k] else None)
+                       for k in ("process_medians_ms", "config", "sm_clock_timed_mhz",
+                                 "n_samples", "rel_stderr")}
+            pm = d[side]["process_medians_ms"]
+            if pm is not None and not isinstance(pm, str):
+                d[side]["process_medians_ms"] = [float(x) for x in pm]
+        out.append(d)
+    return out
+
+
 def experiment_copy(exp: Path, out: Path, profilers: bool, processes: int | None) -> Path:
     if profilers and processes is None:
         return exp
@@ -152,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     _, js, _ = harness(env, log, "compare", *pair, "--store", str(store), "--format", "json")
     c = json.loads(js)
     result.update(pair=pair, **marks(c["time"]), noise=c["notes"][0] if c["notes"] else "")
+    result["not_same"] = details(store, pair, c["time"])
     lines = [f"## A/A {a.mode} {a.experiment}", "",
              f"- pairs {result['pairs']}, marked faster/slower: **{result['marked']}**",
              f"- by method: {json.dumps(result['method'])}",
@@ -166,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                      "check + time")
     md = "\n".join(lines) + "\n"
     (out / f"aa_{a.mode}_{name}.md").write_text(md)
-    (out / f"aa_{a.mode}_{name}.json").write_text(json.dumps(result, indent=2))
+    (out / f"aa_{a.mode}_{name}.json").write_text(json.dumps(result, indent=2, default=_plain))
     print(md)
     return 0
 

@@ -31,6 +31,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from aa import _plain, details  # noqa: E402  (not-same pairs, per-process medians)
+
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "kernels" / "known_effect"
 PACKAGE = "ke_user"
@@ -141,8 +144,13 @@ def summarize(time_rows: list[dict], impl: str) -> dict:
 
     mdes = [r["mde"] for r in rows if isinstance(r.get("mde"), (int, float))
             and r["mde"] == r["mde"]]
+    # the time the extra bytes cost, as measured (ratio is base/head): what a row detects
+    effect = [1 / r["ratio"] - 1 for r in long if isinstance(r.get("ratio"), (int, float))
+              and r["ratio"] == r["ratio"] and r["ratio"] > 0]
     return {"n": len(rows), "marks": count(rows), "n_long": len(long), "long": count(long),
             "mde_median": statistics.median(mdes) if mdes else None,
+            "effect_long": ([statistics.median(effect), min(effect), max(effect)] if effect
+                            else None),
             "methods": sorted({r.get("method") for r in rows})}
 
 
@@ -155,14 +163,17 @@ def table(rows: list[dict]) -> str:
             f" (+{m['missing']} missing)" if m["missing"] else "")
 
     out = ["| effect | method | triton: slower / same / ambiguous (all) | "
-           "the same, cases >= 50 us | MDE median | torch control (A/A) | wall s |",
-           "|---|---|---|---|---|---|---|"]
+           "the same, cases >= 50 us | their time moved (median, min-max) | MDE median | "
+           "torch control (A/A) | wall s |",
+           "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         t, c = r["triton"], r["torch"]
         mde = f"{t['mde_median'] * 100:.2f}%" if t["mde_median"] is not None else "-"
+        e = t.get("effect_long")
+        moved = (f"{e[0] * 100:+.1f}% ({e[1] * 100:+.1f} to {e[2] * 100:+.1f})" if e else "-")
         out.append(f"| {r['effect']} % | {r['method']} | {cell(t['marks'])} of {t['n']} | "
-                   f"{cell(t['long'])} of {t['n_long']} | {mde} | {cell(c['marks'])} of "
-                   f"{c['n']} | {r['wall_s']:.0f} |")
+                   f"{cell(t['long'])} of {t['n_long']} | {moved} | {mde} | "
+                   f"{cell(c['marks'])} of {c['n']} | {r['wall_s']:.0f} |")
     return "\n".join(out) + "\n"
 
 
@@ -182,7 +193,8 @@ def run_ab(repo: Path, out: Path, effects: list[str], extra: list[str]) -> list[
         c = compare_json(repo, log, store, base, head)
         rows.append({"effect": e, "method": "ab", "base": base, "head": head, "wall_s": wall,
                      "triton": summarize(c["time"], "triton"),
-                     "torch": summarize(c["time"], "torch")})
+                     "torch": summarize(c["time"], "torch"),
+                     "not_same": details(store, (base, head), c["time"])})
     return rows
 
 
@@ -205,7 +217,8 @@ def run_r2r(repo: Path, out: Path, effects: list[str], extra: list[str]) -> list
         c = compare_json(repo, log, store, first, run)
         rows.append({"effect": e, "method": "run-to-run", "base": first, "head": run,
                      "wall_s": wall, "triton": summarize(c["time"], "triton"),
-                     "torch": summarize(c["time"], "torch")})
+                     "torch": summarize(c["time"], "torch"),
+                     "not_same": details(store, (first, run), c["time"])})
     return rows
 
 
@@ -236,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         rows += run_r2r(repo, out, effects, extra)
     md = table(rows)
     (out / f"detection_{a.mode}.md").write_text(md)
-    (out / f"detection_{a.mode}.json").write_text(json.dumps(rows, indent=2))
+    (out / f"detection_{a.mode}.json").write_text(json.dumps(rows, indent=2, default=_plain))
     print(md)
     print(f"wall {time.monotonic() - t0:.0f} s; stores and logs under {out}")
     return 0
