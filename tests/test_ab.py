@@ -304,3 +304,30 @@ def test_both_versions_share_inputs_and_outputs_of_one_layout():
     assert _same_layout((x, x), (torch.empty_like(x), torch.empty_like(x)))
     assert not _same_layout(x, torch.empty(8, 4))
     assert not _same_layout(x, None)
+
+
+def test_a_commit_extracts_without_tarfiles_data_filter(tmp_path, monkeypatch):
+    """Python 3.10 and 3.11 before 3.11.4 have no tarfile filter: `ab` still extracts a commit,
+    and still refuses a member that would land outside its folder."""
+    import io
+    import tarfile
+
+    from harness.errors import HarnessError
+    from harness.execute import code_tree
+
+    def archive(name: str) -> tarfile.TarFile:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as t:
+            data = b"X = 1\n"
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+        buf.seek(0)
+        return tarfile.open(fileobj=buf)
+
+    monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    code_tree._safe_extract(archive("pkg/mod.py"), tmp_path / "ok")
+    assert (tmp_path / "ok" / "pkg" / "mod.py").read_text() == "X = 1\n"
+    with pytest.raises(HarnessError, match="outside the tree"):
+        code_tree._safe_extract(archive("../evil.py"), tmp_path / "bad")
+    assert not (tmp_path / "evil.py").exists()

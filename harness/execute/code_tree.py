@@ -157,6 +157,24 @@ def materialise(op_name: str, rev: str, store_root: str | Path, flag: str = "--b
             "roots": roots, "module": rel_mod, "tops": tops}
 
 
+def _safe_extract(tar: tarfile.TarFile, dest: Path) -> None:
+    """Extract with tarfile's "data" filter where this Python has it (3.11.4+, 3.12); before
+    that, refuse any member that would land outside `dest` (an absolute name, `..`, a link
+    out), which is what that filter guards against in a `git archive`."""
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(dest, filter="data")
+        return
+    root = Path(dest).resolve()
+    for m in tar.getmembers():
+        target = (root / m.name).resolve()
+        link = (target.parent / m.linkname).resolve() if m.issym() else (
+            (root / m.linkname).resolve() if m.islnk() else target)
+        if m.name.startswith("/") or any(root != t and root not in t.parents
+                                         for t in (target, link)):
+            raise HarnessError(f"ab: refusing archive member {m.name!r} (outside the tree)")
+    tar.extractall(dest)
+
+
 def _extract(repo: Path, sha: str, paths: list[str], dest: Path) -> None:
     r = _git(repo, "archive", "--format=tar", sha, "--", *paths, binary=True)
     if r.returncode != 0:
@@ -165,7 +183,7 @@ def _extract(repo: Path, sha: str, paths: list[str], dest: Path) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.parent / f".{dest.name}.{os.getpid()}.tmp"
     with tarfile.open(fileobj=io.BytesIO(r.stdout)) as tar:
-        tar.extractall(tmp, filter="data")
+        _safe_extract(tar, tmp)
     (tmp / DONE).write_text(sha + "\n")
     try:
         os.replace(tmp, dest)
