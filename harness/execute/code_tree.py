@@ -165,12 +165,19 @@ def _safe_extract(tar: tarfile.TarFile, dest: Path) -> None:
         tar.extractall(dest, filter="data")
         return
     root = Path(dest).resolve()
+
+    def inside(path: Path) -> bool:
+        path = path.resolve()
+        return path == root or root in path.parents
+
     for m in tar.getmembers():
-        target = (root / m.name).resolve()
-        link = (target.parent / m.linkname).resolve() if m.issym() else (
-            (root / m.linkname).resolve() if m.islnk() else target)
-        if m.name.startswith("/") or any(root != t and root not in t.parents
-                                         for t in (target, link)):
+        target = root / m.name
+        ok = not m.name.startswith("/") and inside(target)
+        if m.issym():  # a symlink's target is relative to its folder, a hard link's to the root
+            ok = ok and inside(target.parent / m.linkname)
+        elif m.islnk():
+            ok = ok and inside(root / m.linkname)
+        if not ok:
             raise HarnessError(f"ab: refusing archive member {m.name!r} (outside the tree)")
     tar.extractall(dest)
 

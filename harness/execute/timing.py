@@ -193,13 +193,12 @@ def hiding_cycles(fn: Callable[[], object]) -> int:
     when the event fires, so the events time the device work alone (host_overhead "hide").
     Measures the host time with the device drained (host_ms); where the calls were just made
     by flushed_call_ms, spin_cycles of the host times it collected costs nothing more."""
-    return spin_cycles(host_ms(fn))
+    return spin_cycles([host_ms(fn)])
 
 
-def spin_cycles(host: float | list[float]) -> int:
-    """hiding_cycles for a host time in ms (a list: their median) measured elsewhere."""
-    ms = float(np.median(host)) if isinstance(host, (list, tuple)) else float(host)
-    return int(min(max(2 * ms, 0.02), 5.0) * _sleep_cycles_per_ms())
+def spin_cycles(host: list[float]) -> int:
+    """hiding_cycles for host times in ms (their median) measured elsewhere."""
+    return int(min(max(2 * float(np.median(host)), 0.02), 5.0) * _sleep_cycles_per_ms())
 
 
 def _enough(ms: list[float], elapsed_ms: float, rep_ms: float, min_samples: int,
