@@ -129,10 +129,10 @@ def tuned(x):
     return x * 2
 
 
-# -- compile-ahead (harness.execute.executors.warm): impls of a compiling backend. `warm_tuned`'s Tuner
-# "compiles" (launches) every candidate when asked to compile only, and would time on the CPU
-# otherwise; each launch appends "<pid> launch <cfg>" and each timing "<pid> measure <cfg>" to
-# $HARNESS_TEST_TUNE_LOG.
+# -- compile-ahead (harness.execute.executors.warm): impls of a compiling backend.
+# `warm_tuned`'s Tuner "compiles" (launches) every candidate when asked to compile only, and
+# would time on the CPU otherwise; each launch appends "<pid> launch <cfg>" and each timing
+# "<pid> measure <cfg>" to $HARNESS_TEST_TUNE_LOG.
 
 def _log_line(text):
     path = os.environ.get("HARNESS_TEST_TUNE_LOG")

@@ -22,8 +22,8 @@ from harness.experiment import spec
 from harness.errors import HarnessError
 from harness.execute.executors import make_executor
 from harness.execute.executors.gpus import GpuExecutor
-from harness.execute.executors.schedule import (case_timeout_s, estimate_s, longest_first, parse_gpus,
-                                        shard)
+from harness.execute.executors.schedule import (case_timeout_s, estimate_s, longest_first,
+                                                parse_gpus, shard)
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",

@@ -1,7 +1,7 @@
-"""harness.machine.nvml: the in-process GPU state reader the worker uses instead of one nvidia-smi per
-case, through NVIDIA's binding (nvidia-ml-py's `pynvml`). The binding is faked at its module
-boundary (this machine has no NVIDIA driver); that the real one is importable and says so
-without a driver is checked too."""
+"""harness.machine.nvml: the in-process GPU state reader the worker uses instead of one
+nvidia-smi per case, through NVIDIA's binding (nvidia-ml-py's `pynvml`). The binding is faked at
+its module boundary (this machine has no NVIDIA driver); that the real one is importable and
+says so without a driver is checked too."""
 import pytest
 
 from harness.machine import nvml
@@ -109,7 +109,8 @@ def test_worker_prefers_nvml(monkeypatch):
     monkeypatch.setattr(nvml, "gpu_state", lambda index: {"gpu_name": "X", "sm_clock_mhz": 1.0,
                                                           "mem_clock_mhz": 2.0,
                                                           "gpu_temp_c": 3.0})
-    monkeypatch.setattr("harness.machine.env.query_gpus", lambda **kw: pytest.fail("nvidia-smi called"))
+    monkeypatch.setattr("harness.machine.env.query_gpus",
+                        lambda **kw: pytest.fail("nvidia-smi called"))
     assert worker.gpu_state(0)["gpu_name"] == "X"
 
 

@@ -262,7 +262,7 @@ def test_budget_cuts_case_rows_first_then_per_kernel_detail():
     assert html.count("<tr><td class=\"l\">M=") == 18 + 6 + 6 and "Occupancy and registers" in html
 
 
-# -- harness.present.charts: the API the dashboard codes against --------------------------------------
+# -- harness.present.charts: the API the dashboard codes against -------------------------------
 
 def test_chart_builders_on_the_real_run():
     from harness import store

@@ -19,10 +19,10 @@ A round gives one paired observation, the log of the ratio of its two burst medi
 The band is the larger of MIN_EFFECT (0.5 %, `ab --min-effect`) and MIN_EFFECT_MS over the
 base's time: two copies of the same kernel loaded twice in one process are not bit-for-bit the
 same measurement (their launches come from other module objects and code), and on an H100 the
-copies of ~10 us kernels stayed 1.3-1.9 % (0.15-0.19 us) apart with the same buffers and
-inputs, while no case of 40 us or more was marked (softmax.yaml A/A, docs/measurement.md).
-A change far below what a kernel engineer acts on is better called "same". Trimming keeps a round hit by a hiccup (a clock
-step, another tenant) from widening or moving the interval.
+copies of ~10 us kernels stayed 1.3-1.9 % (0.15-0.19 us) apart with the same buffers and inputs,
+while no case of 40 us or more was marked (softmax.yaml A/A, docs/measurement.md). A change far
+below what a kernel engineer acts on is better called "same". Trimming keeps a round hit by a
+hiccup (a clock step, another tenant) from widening or moving the interval.
 """
 from __future__ import annotations
 

@@ -2,16 +2,16 @@
 with both versions side by side.
 
 The base version of the experiment's op is commit REV of the repository its module lives in
-(`kernels/` here, or a $HARNESS_OPS module in your own repository), extracted and imported as
-a package of its own (harness.execute.code_tree); the head is the working tree (or `--head REV`). One
-worker process (harness.execute.ab_worker) checks both versions of each case, and times those where
-both are correct interleaved on the same GPU and inputs (harness.execute.interleave); the statistic is
-the paired ratio head/base with its 95 % CI and the case's minimum detectable effect
-(analysis.paired). The output is a pair of ordinary runs in the store, base then head, with the
-head run's `ab.parquet` holding the rounds: `show`, `compare BASE HEAD`, `report HEAD
---against BASE` and the dashboard read them, and judge the pair by its rounds. `--ncu` then
-profiles the named cases of both versions (the usual ncu pass, once per run) and prints their
-counters and hottest source lines side by side.
+(`kernels/` here, or a $HARNESS_OPS module in your own repository), extracted and imported as a
+package of its own (harness.execute.code_tree); the head is the working tree (or `--head REV`).
+One worker process (harness.execute.ab_worker) checks both versions of each case, and times
+those where both are correct interleaved on the same GPU and inputs
+(harness.execute.interleave); the statistic is the paired ratio head/base with its 95 % CI and
+the case's minimum detectable effect (analysis.paired). The output is a pair of ordinary runs in
+the store, base then head, with the head run's `ab.parquet` holding the rounds: `show`, `compare
+BASE HEAD`, `report HEAD --against BASE` and the dashboard read them, and judge the pair by its
+rounds. `--ncu` then profiles the named cases of both versions (the usual ncu pass, once per
+run) and prints their counters and hottest source lines side by side.
 
 The verb's parser is here; its main (measure, then show) is harness.present.ab_show.main.
 Exit code 0, or 1 with `--fail-on-regression PCT` when a case is marked slower by more than PCT.

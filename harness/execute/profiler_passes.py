@@ -1,8 +1,8 @@
 """The profiler passes of a run (ncu, nsys, or torch.profiler without nsys), as a part of
-harness.execute.runner.Runner: each re-runs the chosen cases' `profile` pass in a worker wrapped by the
-profiler, then exports, parses and merges what it measured into the run's metrics and extra
-tables. On one GPU the passes run one after the other; with --gpus they share the GPUs: every
-pass's cases are dealt onto them together, an implementation's cases of one pass in one
+harness.execute.runner.Runner: each re-runs the chosen cases' `profile` pass in a worker wrapped
+by the profiler, then exports, parses and merges what it measured into the run's metrics and
+extra tables. On one GPU the passes run one after the other; with --gpus they share the GPUs:
+every pass's cases are dealt onto them together, an implementation's cases of one pass in one
 process (ncu on one GPU while nsys runs on another), a GPU running its processes in turn.
 """
 from __future__ import annotations

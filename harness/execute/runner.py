@@ -125,8 +125,8 @@ class Runner(ProfilerPasses):
 
     def compile_ahead(self, progress: Progress, check_ids: list[str],
                       limits: dict[str, float]) -> None:
-        """Warm the kernel caches for the check pass (harness.execute.executors.warm): GPU runs of the
-        local and --gpus executors, cases of implementations that JIT-compile."""
+        """Warm the kernel caches for the check pass (harness.execute.executors.warm): GPU runs
+        of the local and --gpus executors, cases of implementations that JIT-compile."""
         if (self.device != "cuda" or not self.exp.timing.compile_ahead
                 or self.executor.kind not in ("local", "gpus") or not check_ids):
             return

@@ -12,8 +12,9 @@ Passes
                   NVTX push/pop range of domain `harness` named for the case id; ncu and nsys
                   wrap this pass
   torch_profiler  the same single call under torch.profiler (the nsys fallback)
-  ab              `harness ab` (harness.execute.ab_worker): the head run's worker checks and times both
-                  versions of each case, interleaved, recording into both runs of the pair
+  ab              `harness ab` (harness.execute.ab_worker): the head run's worker checks and
+                  times both versions of each case, interleaved, recording into both runs of
+                  the pair
   warm            compile-ahead (GPU runs, before check): one call of each case of an impl
                   that compiles (backend triton or compile) with the Tuners compiling every
                   candidate and timing none (harness.tuning.compile_only); its only product is

@@ -3,7 +3,7 @@
     name: softmax-rows
     op: softmax
     baseline: torch
-    candidates: [torch_compile, triton]            # or {name, impl, config} (harness.experiment.variants)
+    candidates: [torch_compile, triton]            # or {name, impl, config} (experiment.variants)
     variants: {triton: {num_warps: [4, 8]}}        # one candidate per combination of tunables
     sweep: {M: [4096, 8192], N: [1024, 8192]}     # cartesian; or `cases: [{M: 1, N: 8}, ...]`
     params: {}                                     # fixed parameters for every case

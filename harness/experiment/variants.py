@@ -7,10 +7,10 @@
       triton_flash: {BLOCK_M: [64, 128], num_stages: [2, 3]}  # triton_flash[BLOCK_M=64,...]
 
 A config names an impl's tunables (`harness list` shows them; `dq.BLOCK_M` for a kernel's second
-Tuner): all of a Tuner's fields force that launch configuration, some of them restrict the
-Tuner to its candidates with those values. A `triton.autotune` kernel's configs are tunables the
-same way (harness.tuning.autotune): its triton.Config kwargs, num_warps and num_stages. Each candidate is an ordinary case impl: checked,
-timed, profiled, compared and reported by its name.
+Tuner): all of a Tuner's fields force that launch configuration, some of them restrict the Tuner
+to its candidates with those values. A `triton.autotune` kernel's configs are tunables the same
+way (harness.tuning.autotune): its triton.Config kwargs, num_warps and num_stages. Each
+candidate is an ordinary case impl: checked, timed, profiled, compared and reported by its name.
 
 Case ids (also NVTX range names and `--cases` targets) must stay free of `/ @ , : [ ] . + *`:
 `case_name` spells `triton_flash[BLOCK_M=64,dq.num_stages=2]` as

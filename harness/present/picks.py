@@ -4,10 +4,10 @@ in a run, and the timings the pick rests on.
 A timed pick is stored with its evidence (kernels/_tuner.py): every candidate's first-pass
 milliseconds (the median of L2-flushed launches), the finalists' scores (geometric mean of
 interleaved rounds) and, for a candidate that did not compile or run, its error. An autotuned
-kernel's pick carries the autotuner's own timings of each config (harness.tuning.autotune: the median
-of its do_bench), a config it timed as inf or pruned with an error. A pick that
-surprises — a case slower than a forced variant of another config in the same run — can be
-checked here: was the faster config a candidate, did it fail, how far apart were they?
+kernel's pick carries the autotuner's own timings of each config (harness.tuning.autotune: the
+median of its do_bench), a config it timed as inf or pruned with an error. A pick that surprises
+— a case slower than a forced variant of another config in the same run — can be checked here:
+was the faster config a candidate, did it fail, how far apart were they?
 
     python -m harness picks RUN [--tuner NAME] [--format table|json]
 """

@@ -5,8 +5,8 @@
     reports/<run_id>/*.png         static charts (kaleido + Chrome/Chromium), when available
 
 Both documents render the same context (report_context.build) through jinja2 templates in
-harness/present/templates/. jinja2, plotly and kaleido are imported inside functions: the CLI imports
-this module to list its verbs, also on GPU machines without them.
+harness/present/templates/. jinja2, plotly and kaleido are imported inside functions: the CLI
+imports this module to list its verbs, also on GPU machines without them.
 """
 from __future__ import annotations
 

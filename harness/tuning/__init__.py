@@ -13,9 +13,9 @@ loaded by the next (`load_picks`), so the time, ncu and nsys passes reuse the ch
 choice without timing again: `stored_pick` answers before a Tuner times anything.
 
 config_source of a pick (SOURCES, strongest first; a case's source is the strongest of its
-picks): forced (the YAML fixed it, wholly or in part) | tuned (timed on the GPU) | autotune
-(a `triton.autotune` kernel's choice: harness.tuning.autotune) | single (one candidate) | interpreter (the CPU
-interpreter's untimed default).
+picks): forced (the YAML fixed it, wholly or in part) | tuned (timed on the GPU) | autotune (a
+`triton.autotune` kernel's choice: harness.tuning.autotune) | single (one candidate) |
+interpreter (the CPU interpreter's untimed default).
 """
 from __future__ import annotations
 

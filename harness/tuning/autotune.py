@@ -28,8 +28,8 @@ recording) changes the Autotuner objects for the duration of the block and puts 
             earlier in the run is put in its cache first, so the time and profiler passes run
             the check pass's pick without benchmarking again.
 Every config used is logged (harness.tuning.record) with its source: forced | autotune | single
-| interpreter. The next run does not inherit autotune picks (harness.execute.previous): the autotuner
-chooses again, and the since block says when it chose differently.
+| interpreter. The next run does not inherit autotune picks (harness.execute.previous): the
+autotuner chooses again, and the since block says when it chose differently.
 
 Triton versions: the Autotuner of triton 3.6 (GPU) and 3.9 (CI) has `configs` (triton.Config
 list), `cache` (key -> Config), `_bench(*args, config, **meta)` (-> [median, p20, p80] ms),
@@ -67,7 +67,8 @@ def interpreted() -> bool:
 def is_autotuner(obj) -> bool:
     configs = getattr(obj, "configs", None)
     return (isinstance(configs, (list, tuple)) and len(configs) > 0
-            and isinstance(getattr(obj, "cache", None), dict) and callable(getattr(obj, "run", None))
+            and isinstance(getattr(obj, "cache", None), dict)
+            and callable(getattr(obj, "run", None))
             and all(isinstance(getattr(c, "kwargs", None), dict) for c in configs))
 
 

@@ -3,10 +3,10 @@
     python3 tools/device/l2_flush_check.py
 
 1. Memory-bound kernels (GroupNorm+Mish at three SD U-Net shapes and four launch configs, copies
-   of 16 and 84 MB, the layernorm backward at 16384 x 1024) timed after three flushes of a
-   256 MiB buffer — zeroing it (triton.testing.do_bench's way, and this harness's until
-   TIMING_METHOD "l2-read-flush"), reading it (harness.execute.timing.Flusher), zeroing then reading —
-   each with an idle gap of 0, 50 and 300 us between the flush and the start event.
+   of 16 and 84 MB, the layernorm backward at 16384 x 1024) timed after three flushes of a 256
+   MiB buffer — zeroing it (triton.testing.do_bench's way, and this harness's until
+   TIMING_METHOD "l2-read-flush"), reading it (harness.execute.timing.Flusher), zeroing then
+   reading — each with an idle gap of 0, 50 and 300 us between the flush and the start event.
 2. Whether the reading flush evicts: a read-only sum of 16 MiB right after summing it (in L2),
    after the reading flush, after zeroing 256 MiB (a 50 us gap hides the host's launch time).
 

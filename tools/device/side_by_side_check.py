@@ -1,9 +1,9 @@
-"""The profiler passes side by side (harness.execute.profiler_passes.profile_passes with several GPUs),
-with the real ncu and nsys, on a one-GPU machine: re-runs a finished run's ncu and nsys passes
-as if the host had GPUs 0 and 1, every profiler process pinned to GPU 0, so the joint scheduler
-deals the passes onto two lanes that are the same card. What it checks is the plumbing (the
-lanes' processes, out dirs, exports, the merge and the manifest), not a speed-up: the two lanes
-share one GPU.
+"""The profiler passes side by side (harness.execute.profiler_passes.profile_passes with several
+GPUs), with the real ncu and nsys, on a one-GPU machine: re-runs a finished run's ncu and nsys
+passes as if the host had GPUs 0 and 1, every profiler process pinned to GPU 0, so the joint
+scheduler deals the passes onto two lanes that are the same card. What it checks is the plumbing
+(the lanes' processes, out dirs, exports, the merge and the manifest), not a speed-up: the two
+lanes share one GPU.
 
     python3 tools/device/side_by_side_check.py RUN_DIR     (device, after a complete GPU run)
 

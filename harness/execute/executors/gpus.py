@@ -3,11 +3,11 @@
 The cases are sharded longest-first onto the GPUs (`schedule.shard`); each GPU checks and times
 only its own shard, one case at a time, so no two timings ever share a GPU. Each worker appends
 to its own parts/<pass>.gpu<i>.jsonl. Ctrl-C stops every worker; a dead or hung worker costs its
-case in flight and its GPU carries on with the rest of its shard (`process.run_shard`).
-The profiler passes share the GPUs too (harness.execute.profiler_passes): their implementation units are
-dealt onto the GPUs together, each GPU running its ncu / nsys processes in turn, each writing its
-own report (raw/<profiler>/gpu<i>/ where a pass spans several GPUs), parsed and merged into the
-run's tables.
+case in flight and its GPU carries on with the rest of its shard (`process.run_shard`). The
+profiler passes share the GPUs too (harness.execute.profiler_passes): their implementation units
+are dealt onto the GPUs together, each GPU running its ncu / nsys processes in turn, each
+writing its own report (raw/<profiler>/gpu<i>/ where a pass spans several GPUs), parsed and
+merged into the run's tables.
 """
 from __future__ import annotations
 

@@ -5,12 +5,12 @@ cluster (`ray.init(address=ADDRESS)`, code shipped with `runtime_env.working_dir
 are sharded longest-first onto the cluster's slots (its GPUs for a CUDA run, `num_gpus=1` per
 task; its CPUs for a CPU smoke run). Each task copies the run's manifest, cases and check
 records into a node-local temporary run directory, on a GPU compiles its JIT-compiling cases
-ahead there (harness.execute.executors.warm, a few processes on its GPU; with `--ray local` not those
-the previous run on this host compiled with the same code), runs `process.run_shard` (the
+ahead there (harness.execute.executors.warm, a few processes on its GPU; with `--ray local` not
+those the previous run on this host compiled with the same code), runs `process.run_shard` (the
 same worker, watchdog and crash handling as the local executor), and returns its part records,
 host and GPU; the driver appends them to parts/<pass>.ray.jsonl. A task lost with its node
-leaves its cases without records: they are submitted again (up to MAX_ROUNDS times).
-Ray is optional: `pip install -e '.[ray]'`.
+leaves its cases without records: they are submitted again (up to MAX_ROUNDS times). Ray is
+optional: `pip install -e '.[ray]'`.
 """
 from __future__ import annotations
 

@@ -103,8 +103,8 @@ def warm_cases(run_dir: Path, op, check_ids: list[str],
                this_host: bool = True) -> tuple[list[str], int]:
     """The check-pass cases worth compiling ahead, in check order: those of implementations that
     JIT-compile (WARM_BACKENDS), less the ones this host already compiled for the previous run
-    of the same code (harness.execute.previous.compiled_before; not when the cases run on other hosts,
-    `this_host` False); and how many of those were left out."""
+    of the same code (harness.execute.previous.compiled_before; not when the cases run on other
+    hosts, `this_host` False); and how many of those were left out."""
     from harness.execute.previous import compiled_before
     from harness.execute.worker import WARM_BACKENDS, _registered_impl
 
