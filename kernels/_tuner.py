@@ -52,6 +52,7 @@ from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
 from harness import tuning
 from harness.errors import exception_line
+from harness.tuning import gpu_lock
 
 PRECOMPILE_THREADS = 8
 REP_MS = 10  # launches timed per measurement: about this many ms of them
@@ -179,7 +180,9 @@ class Tuner:
             fkey = (key, tuple(sorted(fixed.items())))
             cfg = self._forced_picks.get(fkey)
             if cfg is None:
-                cfg = self._forced_picks[fkey] = self._forced(key, candidates, launch, fixed)
+                cfg = self._forced(key, candidates, launch, fixed)
+                if not tuning.compiling_only():  # untimed then: the first that launched
+                    self._forced_picks[fkey] = cfg
             source = "forced"
         else:
             cfg = self._best(key, candidates, launch, timed)
@@ -308,8 +311,9 @@ class Tuner:
                               failed=failed)
             _synchronize()
         t1 = time.perf_counter()
-        try:
-            cfg, first, final = self._time_all(key, todo, launch, failed)
+        try:  # timed with the GPU to this process (another of the run may share it: gpu_lock)
+            with gpu_lock.exclusive():
+                cfg, first, final = self._time_all(key, todo, launch, failed)
         finally:  # what this pick cost the case: compile (and load) vs timing seconds
             cost = (t1 - t0, time.perf_counter() - t1)
             tuning.add_cost(*cost)

@@ -183,3 +183,10 @@ def warm_oom(x):
         raise OutOfMemoryError("CUDA out of memory (a test)")
     _log_line("ok")
     return x * 2
+
+
+@op.impl("warm_slow", backend="compile")
+def warm_slow(x):
+    """y = 2x after a 1 s 'compile' on every call (compile-ahead's work stealing)"""
+    time.sleep(1.0)
+    return x * 2

@@ -1,6 +1,7 @@
 """Compile-ahead (harness.execute.executors.warm): a few worker processes call each case of the
 implementations that JIT-compile before the check pass, with the Tuners compiling every
 candidate and timing none. Run here with real CPU worker processes and the self-test op."""
+import json
 import os
 from pathlib import Path
 
@@ -212,7 +213,14 @@ def test_runner_compiles_ahead_only_compiling_impls_and_only_on_a_gpu(tmp_path, 
         calls.append((ids, kw["gpus"]))
         return {"workers": 2, "cases": len(ids), "wall_s": 1.5}
 
+    beside = []
+
+    def fake_beside(run_dir, ids, **kw):
+        beside.append((ids, kw["gpus"]))
+        return {"workers": 1, "cases": len(ids), "checked": len(ids), "wall_s": 0.5}
+
     monkeypatch.setattr(warm, "compile_ahead", fake)
+    monkeypatch.setattr(warm, "check_beside", fake_beside)
     run, ids = _run_dir(tmp_path, ["warm_tuned", "zeros"])
     r = Runner(run, Console(file=open(os.devnull, "w")))
     order = list(reversed(ids))
@@ -222,8 +230,11 @@ def test_runner_compiles_ahead_only_compiling_impls_and_only_on_a_gpu(tmp_path, 
         r.device = "cuda"
         r.compile_ahead(progress, order, {})
     assert calls == [([c for c in order if c.startswith("warm_tuned")], [None])]
-    assert r.pass_wall["compile"] == 1.5
-    assert store.load_manifest(run)["compile_ahead"]["workers"] == 2
+    # meanwhile the cases that compile nothing are checked beside it, in check order
+    assert beside == [([c for c in order if not c.startswith("warm_tuned")], [None])]
+    assert "compile" in r.pass_wall  # the phase's wall: compile-ahead and the check beside
+    rec = store.load_manifest(run)["compile_ahead"]
+    assert rec["workers"] == 2 and rec["checked_beside"]["checked"] == len(beside[0][0])
     assert wall_line({"check": 2.0, "compile": 1.5, "total": 4}).startswith(
         "wall: compile 1.5 s · check 2.0 s")
     run2, ids2 = _run_dir(tmp_path / "off", ["warm_tuned"], extra={"compile_ahead": False})
@@ -231,7 +242,7 @@ def test_runner_compiles_ahead_only_compiling_impls_and_only_on_a_gpu(tmp_path, 
     r2.device = "cuda"
     with Progress(console=r2.console) as progress:
         r2.compile_ahead(progress, ids2, {})
-    assert len(calls) == 1
+    assert len(calls) == 1 and len(beside) == 1
 
 
 def test_a_tuned_pick_reports_its_compile_and_timing_seconds():
@@ -335,3 +346,44 @@ def test_ray_tasks_compile_their_jit_cases_ahead_on_a_gpu(tmp_path, test_ops, mo
                                                         "wall_s": 4.0, "in_tasks": True}
     off, off_ids = _run_dir(tmp_path / "off", ["warm_tuned"], extra={"compile_ahead": False})
     assert ex.warm_ids(off, off_ids, "cuda") == []
+
+
+def test_warm_plans_give_each_worker_its_classes_then_the_others_tails():
+    from harness.execute.executors.schedule import warm_plans
+
+    unit_of = {"a1": "A", "a2": "A", "b1": "B", "c1": "C", "t1": "T", "t2": "U", "d1": "D"}
+    backend_of = {"a1": "triton", "a2": "triton", "b1": "triton", "c1": "triton",
+                  "t1": "compile", "t2": "compile", "d1": "triton"}
+    shards = [["a1", "b1", "a2", "c1"], ["t1", "d1"], ["t2"]]
+    plans = warm_plans(shards, unit_of, backend_of)
+    # a class's cases together, own classes first; then the others' last classes first
+    assert plans[0][:4] == ["a1", "a2", "b1", "c1"]
+    # worker 0 pays no torch.compile setup: it never takes a compile class over
+    assert plans[0][4:] == ["d1"]
+    assert plans[1] == ["t1", "d1", "c1", "t2", "b1", "a1", "a2"]
+    assert plans[2][:1] == ["t2"] and "t1" in plans[2] and plans[2].index("c1") < \
+        plans[2].index("a1")
+
+
+def test_an_idle_compile_ahead_worker_takes_over_the_classes_another_has_not_begun(
+        tmp_path, test_ops, monkeypatch):
+    import harness.execute.executors.warm as warm
+
+    run, ids = _run_dir(tmp_path, ["warm_slow"], n=(1, 2, 3, 4))
+    slow = [c for c in ids if c.startswith("warm_slow.")]
+    fast = [c for c in ids if not c.startswith("warm_slow.")]
+    # a cost model that got it wrong: every slow class on one worker
+    monkeypatch.setattr(warm, "warm_shards", lambda ids_, n, *a: [slow, fast])
+    units = {c: ((c,), "compile") for c in ids}
+    out = compile_ahead(run, ids, device="cpu", limits={c: 60.0 for c in ids}, gpus=[None],
+                        on_event=lambda ev: None, workers=2, units=units)
+    recs = {}
+    for part in ("warm0", "warm1"):
+        for line in (run / "parts" / f"warm.{part}.jsonl").read_text().splitlines():
+            rec = json.loads(line)
+            assert rec["case_id"] not in recs  # each class compiled by one worker only
+            recs[rec["case_id"]] = part
+    assert sorted(recs) == sorted(ids) and out["cases"] == len(ids)
+    # the idle worker took over classes from the end of the busy one's list
+    assert {recs[c] for c in slow} == {"warm0", "warm1"} and recs[slow[-1]] == "warm1"
+    assert not (run / "raw" / "locks" / "warm").exists()

@@ -330,3 +330,17 @@ def test_picks_verb_prints_the_evidence_and_rejects_an_unknown_tuner(tmp_path, c
     assert "RuntimeError: boom" in out and "30.0" in out and "16.5" in out
     assert main(["picks", str(run), "--tuner", "nope"]) == 2
     assert "--tuner" in capsys.readouterr().err
+
+
+def test_a_partly_forced_pick_made_untimed_is_not_kept_for_later_timed_calls():
+    """The time pass's second process first calls every case with nothing timed (prewarm:
+    compile_only); a partly forced config picked then (the first matching candidate) must not
+    stand in for the timed pick its later calls make."""
+    t = flash_like(CPUTuner, ms={(128, 128, 8, 2): 0.5})
+    part = {"t.flash": {"BLOCK_M": 128}}
+    with tuning.forcing(part), tuning.compile_only():
+        assert t.pick("k", CANDS, lambda c: None) == (128, 64, 8, 3)  # first match, untimed
+    assert t.timed == []
+    with tuning.forcing(part):
+        assert t.pick("k", CANDS, lambda c: None) == (128, 128, 8, 2)  # timed: the faster one
+    assert t.timed

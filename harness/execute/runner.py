@@ -109,9 +109,16 @@ class Runner(ProfilerPasses):
         todo_ids = [c for c in order if c in left]
         unchecked = set(self._todo("check"))
         self.compile_ahead(progress, [c for c in order if c in unchecked], limits)
+        progress.update(tasks["check"], completed=totals["check"] - len(self._todo("check")))
         t0 = time.monotonic()
         if todo_ids:
-            self.executor.measure(self.run_dir, todo_ids, cost, limits, self.device, on_event)
+            try:
+                self.executor.measure(self.run_dir, todo_ids, cost, limits, self.device,
+                                      on_event)
+            finally:  # the workers' GPU locks and turn files (gpu_lock, process.Helper)
+                import shutil
+
+                shutil.rmtree(self.run_dir / "raw" / "locks", ignore_errors=True)
         # the check pass starts with the first worker (its start-up is part of the pass)
         if "check" in span:
             span["check"][0] = t0
@@ -134,18 +141,28 @@ class Runner(ProfilerPasses):
 
         ids, skipped = warm_cases(self.run_dir, self.op, check_ids)
         out = {"workers": 0, "cases": 0, "wall_s": 0.0}
+        gpus = getattr(self.executor, "gpus", None) or [None]
+        beside, t0 = None, time.monotonic()
         if ids:
             task = progress.add_task("compile", total=len(ids))
-            out = compile_ahead(self.run_dir, ids, device=self.device, limits=limits,
-                                gpus=getattr(self.executor, "gpus", None) or [None],
-                                on_event=progress_events(progress, task, "warm", "compile"),
-                                units=compile_units(self.run_dir, self.op, ids))
+            side = _CheckBeside(self, progress, check_ids, limits, gpus)
+            try:
+                out = compile_ahead(self.run_dir, ids, device=self.device, limits=limits,
+                                    gpus=gpus,
+                                    on_event=progress_events(progress, task, "warm", "compile"),
+                                    units=compile_units(self.run_dir, self.op, ids))
+                beside = side.join()
+            except BaseException:
+                side.stop()
+                raise
             progress.update(task, description="compile", completed=len(ids))
-        if out["workers"]:
-            self.pass_wall["compile"] = out["wall_s"]
+        if out["workers"]:  # the phase: compile-ahead and the checks beside it
+            self.pass_wall["compile"] = round(time.monotonic() - t0, 2)
         if ids or skipped:  # skipped: checked on this host by the previous run of the same code
-            self.manifest = store.update_manifest(self.run_dir,
-                                                  compile_ahead={**out, "skipped": skipped})
+            rec = {**out, "skipped": skipped}
+            if beside:
+                rec["checked_beside"] = beside
+            self.manifest = store.update_manifest(self.run_dir, compile_ahead=rec)
 
     def _log(self, name: str) -> Path:
         return store.raw_dir(self.run_dir, "logs") / f"{name}.log"
@@ -189,6 +206,44 @@ class Runner(ProfilerPasses):
         from harness.analysis import pairing
 
         pairing.record(self.run_dir)  # the previous comparable run: `show`'s since block
+
+
+class _CheckBeside:
+    """The check of the cases that compile nothing, beside compile-ahead (the GPU is idle while
+    the CPU compiles; harness.execute.executors.warm.check_beside), in a thread of its own."""
+
+    def __init__(self, runner: "Runner", progress: Progress, check_ids: list[str],
+                 limits: dict[str, float], gpus: list):
+        import threading
+
+        from harness.execute.executors.warm import check_beside, check_beside_cases
+
+        self.result: dict | None = None
+        self.halt = threading.Event()
+        ids = check_beside_cases(runner.run_dir, runner.op, check_ids)
+        if not ids:
+            self.thread = None
+            return
+        task = progress.add_task("check beside compile", total=len(ids))
+
+        def work() -> None:
+            self.result = check_beside(runner.run_dir, ids, device=runner.device, limits=limits,
+                                       gpus=gpus, stop=self.halt,
+                                       on_event=progress_events(progress, task, "check",
+                                                                "check beside compile"))
+
+        self.thread = threading.Thread(target=work, name="check-beside", daemon=True)
+        self.thread.start()
+
+    def join(self) -> dict | None:
+        while self.thread is not None and self.thread.is_alive():
+            self.thread.join(0.2)
+        return self.result
+
+    def stop(self) -> None:
+        self.halt.set()
+        if self.thread is not None:
+            self.thread.join()
 
 
 def progress_events(progress: Progress, task, name: str, label: str):

@@ -37,6 +37,7 @@ import sys
 import time
 import traceback
 import zlib
+from contextlib import nullcontext
 from pathlib import Path
 
 from harness.errors import exception_line
@@ -44,9 +45,12 @@ from harness.errors import exception_line
 EXIT_CONTEXT_DEAD = 3
 PASSES = ("check", "time", "profile", "torch_profiler", "warm", "ab")
 WARM_BACKENDS = ("triton", "compile")  # what JIT-compiles on its first call
+# what loads something on its first call in a process, costliest first (Worker.prewarm)
+PREWARM_BACKENDS = ("compile", "library", "triton")
 WARM_MEMORY_FRACTION_ENV = "HARNESS_WARM_MEMORY_FRACTION"
 NVTX_DOMAIN = "harness"
 CPU_REP_MS = 200.0  # the time pass's budget per case on the CPU
+RELEASE_BYTES = 1 << 30  # cached GPU memory a process sharing the GPU hands back (_release)
 
 
 def emit(event: str, **fields) -> None:
@@ -268,13 +272,27 @@ class Worker:
             out.update(gpu_state(out["gpu"] if out["gpu"] is not None else 0))
         return out
 
-    def run(self, passes: list[str], only: set[str] | None, tag: str | None = None,
-            shard: str | None = None) -> int:
+    def run(self, passes: list[str], only: list[str] | None, tag: str | None = None,
+            shard: str | None = None, *, ahead: bool = False, prewarm: bool = False,
+            wait_for: str | None = None, claims: str | None = None) -> int:
         """Do every (pass, case) without a record; records go to parts/<tag or pass>.jsonl
-        (parts/<pass>.<shard>.jsonl when several workers run at once)."""
+        (parts/<pass>.<shard>.jsonl when several workers run at once).
+
+        `ahead` (a check beside compile-ahead): best effort, a case whose check raised or
+        timed a Tuner gets no record (the check pass does it again, alone). `prewarm`: one
+        untimed call of each case first (`prewarm`); `wait_for`: then wait for that file, whose
+        JSON list of case ids replaces `only` (the time pass's later process, started while
+        the first one checks: harness.execute.executors.process.run_shard). `claims` (a
+        folder with units.json, {case: class}): a case is done only if its class is this
+        worker's or can be claimed for it (compile-ahead's work stealing: `Claims`)."""
         from harness import store, tuning
 
         self.process = store.repeat_index(tag)
+        if prewarm:
+            self.prewarm(only)
+        if wait_for:
+            only = self.wait_turn(wait_for)
+        claim = Claims(claims) if claims else None
         for pass_name in passes:
             part = tag or pass_name
             done = {r["case_id"]: r for r in store.read_parts(self.run_dir, part)}
@@ -285,9 +303,17 @@ class Worker:
                 todo.sort(key=lambda c: rank.get(c[0], 0))
             emit("pass", name=part, total=len(todo))
             for case_id, impl_name, params, dtype in todo:
+                if claim is not None and not claim.take(case_id):
+                    continue  # its class is another worker's (compile-ahead's work stealing)
                 emit("start", name=part, case_id=case_id)
                 began = time.perf_counter()
                 rec = self._one(pass_name, case_id, impl_name, params, dtype, check_parts)
+                # beside other work, a pick timed (new picks) is not kept, nor is an error
+                if ahead and (tuning.take_new_picks() or rec["status"] == "error"):
+                    emit("done", name=part, case_id=case_id, status="deferred")
+                    if rec.get("context_dead"):
+                        return EXIT_CONTEXT_DEAD
+                    continue
                 rec["wall_s"] = round(time.perf_counter() - began, 3)
                 if pass_name in ("check", "time"):
                     rec.update(self.where())
@@ -301,6 +327,76 @@ class Worker:
                     return EXIT_CONTEXT_DEAD
         return 0
 
+    def prewarm(self, only: list[str] | None) -> None:
+        """One untimed call of each case that loads something on its first call in a process
+        (PREWARM_BACKENDS: torch.compile graphs traced, compiled kernels loaded, a library's
+        plans made), torch.compile's first: so that this process's timing starts warm. An
+        eager torch case loads nothing per case; calling it would only take the GPU from the
+        process it runs beside. Tuners and autotuners compile and time nothing
+        (harness.tuning.compile_only), nothing is recorded or kept, and each call holds the GPU
+        lock shared (it waits while another process times). Best effort: a call that fails is
+        the time pass's to record."""
+        from harness import tuning
+        from harness.tuning import gpu_lock
+        from harness.tuning.autotune import steering
+
+        cases = {c[0]: c for c in self.cases}
+        order = [c for c in (only if only is not None else list(cases)) if c in cases]
+        backend = {c: self._backend(cases[c][1]) for c in order}
+        order = sorted((c for c in order if backend[c] in PREWARM_BACKENDS),
+                       key=lambda c: PREWARM_BACKENDS.index(backend[c]))
+        for case_id in order:
+            _, impl_name, params, dtype = cases[case_id]
+            emit("start", name="prewarm", case_id=case_id)
+            status = "ok"
+            try:
+                impl = self.op.get_impl(impl_name)
+                if impl.reason_unavailable(params, dtype, self.device) is None:
+                    forced = impl.split_config(self.forced.get(case_id) or {})
+                    with gpu_lock.shared(), tuning.forcing(forced), tuning.compile_only(), \
+                            steering(impl):
+                        fn, _ = self._prepare(impl, params, dtype, case_id)
+                        fn()
+                        self._sync()
+                        fn = None
+            except Exception:
+                traceback.print_exc()
+                status = "error"
+            tuning.take_new_picks()
+            self._release(collect=False)
+            emit("done", name="prewarm", case_id=case_id, status=status)
+
+    def _backend(self, impl_name: str) -> str | None:
+        try:
+            return self.op.get_impl(impl_name).backend
+        except Exception:  # an impl the registry lacks: its time pass says so
+            return None
+
+    def _release(self, collect: bool = True) -> None:
+        """Hand the memory of the last case back to the GPU (another process shares it):
+        torch's cached blocks, when they are more than RELEASE_BYTES (emptying an allocator
+        that holds little costs more than it frees). `collect` first collects garbage (cycles
+        holding tensors): a full collection takes long in a process with torch, Triton and
+        Inductor loaded, so the prewarm loop, whose calls leave no cycles, skips it."""
+        if collect:
+            gc.collect()
+        if self.device == "cuda":
+            import torch
+
+            if torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > RELEASE_BYTES:
+                torch.cuda.empty_cache()
+
+    def wait_turn(self, path: str, poll_s: float = 0.05) -> list[str]:
+        """Wait until `path` exists; its JSON list of case ids is what this process does now.
+        The picks the first process made meanwhile are loaded."""
+        from harness import store, tuning
+
+        while not os.path.exists(path):
+            time.sleep(poll_s)
+        ids = json.loads(Path(path).read_text())
+        tuning.load_picks(store.load_tuner_picks(self.run_dir))
+        return [str(c) for c in ids]
+
     def _one(self, pass_name, case_id, impl_name, params, dtype, check_parts) -> dict:
         impl = self.op.get_impl(impl_name)
         reason = impl.reason_unavailable(params, dtype, self.device)
@@ -312,15 +408,27 @@ class Worker:
         from harness import tuning
         from harness.tuning.autotune import steering
 
+        from harness.tuning import gpu_lock
+
         handler = getattr(self, f"do_{pass_name}")
-        try:
-            forced = impl.split_config(self.forced.get(case_id) or {})
-            with tuning.forcing(forced), tuning.recording() as log, steering(impl):
-                rec = handler(impl, params, dtype, case_id)
-        except Exception as exc:  # a failing kernel fails its case, not the run
-            traceback.print_exc()
-            return {"status": "error", "error": exception_line(exc, 500),
-                    "context_dead": self._context_dead(exc)}
+        alone = pass_name == "time"  # timed: nothing else of the run on this GPU meanwhile
+        for attempt in (0, 1):
+            try:
+                forced = impl.split_config(self.forced.get(case_id) or {})
+                with (gpu_lock.exclusive() if alone else nullcontext()), \
+                        tuning.forcing(forced), tuning.recording() as log, steering(impl):
+                    rec = handler(impl, params, dtype, case_id)
+                break
+            except Exception as exc:  # a failing kernel fails its case, not the run
+                traceback.print_exc()
+                if not attempt and not alone and gpu_lock.path() and out_of_memory(exc):
+                    # another process of the run shares this GPU (gpu_lock): the case is not
+                    # failed for memory that process held; once more with the GPU to itself
+                    self._release()
+                    alone = True
+                    continue
+                return {"status": "error", "error": exception_line(exc, 500),
+                        "context_dead": self._context_dead(exc)}
         if pass_name in ("check", "time"):
             rec.update(self._provenance(impl, log))
             if log.compile_s or log.timing_s:  # the harness's own cost, kept to be profiled
@@ -359,6 +467,40 @@ class Worker:
             return False
         except Exception:
             return True
+
+
+class Claims:
+    """Compile classes claimed by the compile-ahead workers (schedule.warm_plans): a class is
+    claimed by creating its file (exclusively), so exactly one worker compiles it."""
+
+    def __init__(self, folder: str):
+        self.folder = Path(folder)
+        self.unit_of = {k: str(v) for k, v in
+                        json.loads((self.folder / "units.json").read_text()).items()}
+        self.mine: set[str] = set()
+        self.theirs: set[str] = set()
+
+    def take(self, case_id: str) -> bool:
+        unit = self.unit_of.get(case_id)
+        if unit is None or unit in self.mine:
+            return True
+        if unit in self.theirs:
+            return False
+        try:
+            os.close(os.open(self.folder / f"class{unit}", os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            self.theirs.add(unit)
+            return False
+        self.mine.add(unit)
+        return True
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` says the GPU ran out of memory (torch's, cuBLAS's or a library's words)."""
+    if type(exc).__name__ == "OutOfMemoryError":
+        return True
+    text = str(exc).lower()
+    return "out of memory" in text or "alloc_failed" in text
 
 
 def _gpu_index() -> int | None:
@@ -401,6 +543,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--tag", default=None, help="record as parts/<tag>.jsonl (one pass only)")
     ap.add_argument("--shard", default=None, help="record as parts/<pass>.<shard>.jsonl")
+    ap.add_argument("--ahead", action="store_true",
+                    help="check beside other work: a case that raised or timed a Tuner is "
+                         "left unrecorded for the check pass")
+    ap.add_argument("--prewarm", action="store_true",
+                    help="one untimed call of each case before the passes")
+    ap.add_argument("--claims", default=None,
+                    help="a folder with units.json ({case: class}): do a case only if its "
+                         "class is claimed for this worker (compile-ahead's work stealing)")
+    ap.add_argument("--wait-for", default=None,
+                    help="before the passes, wait for this file: its JSON list of case ids "
+                         "replaces --cases")
     a = ap.parse_args(argv)
     passes = [p for p in a.passes.split(",") if p]
     if a.tag and len(passes) != 1:
@@ -426,4 +579,5 @@ def main(argv: list[str] | None = None) -> int:
 
     w = Worker(Path(a.run), a.device)
     with selfprofile.profiled("worker-" + "-".join([*passes, *(x for x in (a.shard, a.tag) if x)])):
-        return w.run(passes, only, a.tag, a.shard)
+        return w.run(passes, only, a.tag, a.shard, ahead=a.ahead, prewarm=a.prewarm,
+                     wait_for=a.wait_for, claims=a.claims)

@@ -51,6 +51,7 @@ from types import ModuleType
 from typing import Any, Iterator, Mapping
 
 from harness import tuning
+from harness.tuning import gpu_lock
 from harness.tuning.provenance import _kernel_interface, reachable, unwrap
 
 LAUNCH = ("num_warps", "num_stages", "num_ctas", "maxnreg")
@@ -354,7 +355,8 @@ class _Steer:
                 if tuning.compiling_only():
                     return self._launch_once(orig_bench, args, config, meta)
                 n, t0 = len(self.cache), time.perf_counter()
-                res = orig_bench(*args, config=config, **meta)
+                with gpu_lock.exclusive():  # timed alone (another process may share the GPU)
+                    res = orig_bench(*args, config=config, **meta)
                 self.timings.append((n, config, res, time.perf_counter() - t0))
                 return res
 

@@ -251,20 +251,94 @@ def run_shard(run_dir: Path, case_ids: list[str], *, device: str, limits: dict[s
     them again in the time pass's later processes (`timing.processes`; each its own worker,
     `--tag time_p<k>`, the cases in `rotated` order, only those whose first timing was ok).
 
+    The second process starts with the first (`Helper`): while the first one checks, it makes
+    one untimed call of each case (kernels loaded, graphs traced, cuDNN plans made), holding
+    the GPU lock shared (harness.tuning.gpu_lock: it waits while the first one times), and
+    waits for its turn. Whatever it leaves undone is done as before, by fresh workers.
+
     `limits[case_id]` is the watchdog limit in seconds of one (pass, case); on expiry the
     worker's process group is killed and the case is recorded as `timeout`. Records of this
     shard go to parts/<part>.<shard>.jsonl (parts/<part>.jsonl without a shard). Setting
     `stop` (Ctrl-C seen by another thread) kills the worker and raises Interrupted.
     """
+    from harness.tuning import gpu_lock
+
+    env = {**(env or worker_env(device, gpu)), gpu_lock.ENV: gpu_lock.for_run(run_dir, gpu)}
     drive = Driver(run_dir, device=device, limits=limits, log_path=log_path,
-                    on_event=on_event, gpu=gpu, shard=shard, env=env, stop=stop)
-    drive.run(case_ids, MEASURE_PASSES, None)
+                   on_event=on_event, gpu=gpu, shard=shard, env=env, stop=stop)
     n = time_processes(run_dir)
-    for k in range(2, n + 1):
-        timed = {r["case_id"] for r in store.read_parts(run_dir, "time") if r["status"] == "ok"}
-        ids = [c for c in rotated(case_ids, k, n) if c in timed]
-        part = measure_parts(k)[-1]
-        drive.run(ids, (part,), part)
+    helper = Helper(drive, rotated(case_ids, 2, n)) if n >= 2 and case_ids else None
+    try:
+        drive.run(case_ids, MEASURE_PASSES, None)
+        for k in range(2, n + 1):
+            timed = {r["case_id"] for r in store.read_parts(run_dir, "time")
+                     if r["status"] == "ok"}
+            ids = [c for c in rotated(case_ids, k, n) if c in timed]
+            part = measure_parts(k)[-1]
+            if k == 2 and helper:
+                helper.go(ids)  # its turn: it times what it can, the Driver below the rest
+            drive.run(ids, (part,), part)
+    except BaseException:
+        if helper:
+            helper.cancel()
+        raise
+
+
+class Helper:
+    """The time pass's second process, started beside the first (run_shard): `--prewarm` over
+    the cases in its order, then `--wait-for` a file that `go` writes with the cases to time.
+    Best effort: a fault it meets is recorded as the Driver records one; what it leaves
+    undone, the Driver does after it."""
+
+    def __init__(self, drive: "Driver", case_ids: list[str]):
+        self.drive = drive
+        run_dir = drive.run_dir
+        tag = measure_parts(2)[-1]
+        name = f"{tag}.{drive.shard}" if drive.shard else tag
+        self.go_file = store.raw_dir(run_dir, "locks") / f"{name}.go"
+        self.go_file.unlink(missing_ok=True)
+        self.cancelled = threading.Event()
+        argv = worker_argv(run_dir, "time", drive.device, case_ids, tag=tag,
+                           shard=drive.shard) + ["--prewarm", "--wait-for", str(self.go_file)]
+        log = drive.log_path.with_name(f"{drive.log_path.stem}.p2{drive.log_path.suffix}")
+        self.thread = threading.Thread(target=self._run, args=(argv, log), daemon=True,
+                                       name=f"helper-{name}")
+        self.thread.start()
+
+    def _run(self, argv: list[str], log: Path) -> None:
+        drive = self.drive
+        watch = CaseWatch(drive.limits, self.cancelled)
+        outer = drive.stop
+
+        def expired() -> bool:
+            return watch.expired() or bool(outer is not None and outer.is_set())
+
+        def on_ev(ev):
+            watch.see(ev)
+            if ev.get("name") != "prewarm":
+                drive.on_event({**ev, "gpu": drive.gpu})
+
+        try:
+            rc, timed_out = stream(argv, drive.env or worker_env(drive.device, drive.gpu), log,
+                                   on_ev, watchdog=expired)
+        except Interrupted:
+            return
+        if self.cancelled.is_set() or (outer is not None and outer.is_set()):
+            return
+        if watch.case and watch.pass_name != "prewarm" and (timed_out or rc != 0):
+            drive.record_fault(watch, rc, timed_out, log)
+
+    def go(self, case_ids: list[str]) -> None:
+        """Its turn: write the cases it times, wait for it to end."""
+        tmp = self.go_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(case_ids))
+        os.replace(tmp, self.go_file)
+        while self.thread.is_alive():
+            self.thread.join(0.2)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+        self.thread.join()
 
 
 class Driver:
@@ -283,14 +357,12 @@ class Driver:
         single `time` pass of the worker writes."""
         run_dir, gpu = self.run_dir, self.gpu
         watch = CaseWatch(self.limits, self.stop)
-        host = socket.gethostname()
 
         def on_ev(ev):
             watch.see(ev)
             self.on_event({**ev, "gpu": gpu})
 
         restarts = 0
-        rel_log = _rel(self.log_path, run_dir)
         passes = "time" if tag else ",".join(parts)
         while True:
             left = {p: set(todo(run_dir, p, case_ids)) for p in parts}
@@ -305,26 +377,32 @@ class Driver:
             if self.stop is not None and self.stop.is_set():
                 raise Interrupted()
             if watch.case and (timed_out or rc != 0):
-                pass_name, case_id = watch.pass_name, watch.case
-                if timed_out:
-                    limit = self.limits.get(case_id)
-                    err = (f"timed out after {limit:g} s (watchdog; timing.case_timeout_s); "
-                           f"log: {rel_log}")
-                    status = "timeout"
-                else:
-                    err = f"worker died ({describe_rc(rc)}); log: {rel_log}"
-                    status = "error"
-                store.append_part(run_dir, pass_name, {"case_id": case_id, "status": status,
-                                                       "error": err, "gpu": gpu,
-                                                       "host": host}, shard=self.shard)
-                self.on_event({"event": "done", "name": pass_name, "case_id": case_id,
-                               "status": status, "gpu": gpu})
-                watch.clear()
+                self.record_fault(watch, rc, timed_out, self.log_path)
             after = sum(len(todo(run_dir, p, case_ids)) for p in parts)
             restarts += 1
             if after == before or restarts > MAX_RESTARTS:
                 raise HarnessError(f"the worker makes no progress (exit {describe_rc(rc)}); "
                                    f"see {self.log_path}")
+
+
+    def record_fault(self, watch: "CaseWatch", rc: int, timed_out: bool, log: Path) -> None:
+        """The case a worker had in flight when it died or outlived its limit: recorded as
+        `error` or `timeout` in the part of its pass."""
+        pass_name, case_id, rel_log = watch.pass_name, watch.case, _rel(log, self.run_dir)
+        if timed_out:
+            limit = self.limits.get(case_id)
+            err = (f"timed out after {limit:g} s (watchdog; timing.case_timeout_s); "
+                   f"log: {rel_log}")
+            status = "timeout"
+        else:
+            err = f"worker died ({describe_rc(rc)}); log: {rel_log}"
+            status = "error"
+        store.append_part(self.run_dir, pass_name,
+                          {"case_id": case_id, "status": status, "error": err, "gpu": self.gpu,
+                           "host": socket.gethostname()}, shard=self.shard)
+        self.on_event({"event": "done", "name": pass_name, "case_id": case_id,
+                       "status": status, "gpu": self.gpu})
+        watch.clear()
 
 
 def _rel(path: Path, root: Path) -> str:

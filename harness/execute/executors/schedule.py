@@ -340,3 +340,41 @@ def warm_shards(case_ids: list[str], n: int, unit_of: dict[str, object] | None =
     pos = {c: i for i, c in enumerate(case_ids)}
     shards = [sorted((c for u in b_ for c in units[u]), key=pos.__getitem__) for b_ in bins]
     return [s for s in shards if s]
+
+
+def warm_plans(shards: list[list[str]], unit_of: dict[str, object] | None = None,
+               backend_of: dict[str, str | None] | None = None) -> list[list[str]]:
+    """What each compile-ahead worker is given (harness.execute.executors.warm): its own shard
+    (warm_shards) class by class (a class's cases together, the classes in the order they come),
+    then the classes of the other workers it may take over once it is done (work stealing:
+    a worker claims a class before compiling it, and skips one another worker claimed first),
+    the others' last classes first, taken round the other workers in turn, the longest shard
+    first; never a class of a backend with a per-process setup (WARM_SETUP_S) that the worker
+    does not pay already. The cost model that deals the shards is a guess (a Triton class
+    with nine candidates takes longer than one with three, and machines differ): stealing
+    evens out what it gets wrong."""
+    unit_of = unit_of or {}
+    backend_of = backend_of or {}
+
+    def classes(shard: list[str]) -> list[list[str]]:
+        by: dict[object, list[str]] = {}
+        for c in shard:
+            by.setdefault(unit_of.get(c, ("case", c)), []).append(c)
+        return list(by.values())
+
+    groups = [classes(s) for s in shards]
+    plans = []
+    for i, own in enumerate(groups):
+        pays = {backend_of.get(g[0]) for g in own}
+        tails = sorted((list(reversed(g)) for j, g in enumerate(groups) if j != i),
+                       key=len, reverse=True)
+        steal = []
+        while any(tails):
+            for t in tails:
+                if t:
+                    g = t.pop(0)
+                    b = backend_of.get(g[0])
+                    if b not in WARM_SETUP_S or b in pays:
+                        steal.append(g)
+        plans.append([c for g in own + steal for c in g])
+    return plans

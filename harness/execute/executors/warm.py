@@ -11,7 +11,9 @@ warm-up; the check pass then meets the same case and records the fault properly.
 """
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -20,7 +22,8 @@ from typing import Callable
 from harness import store
 from harness.execute.executors.process import (CaseWatch, run_threads, stream, todo, worker_argv,
                                        worker_env)
-from harness.execute.executors.schedule import compile_workers, warm_shards, workers_per_gpu
+from harness.execute.executors.schedule import (compile_workers, warm_plans, warm_shards,
+                                                workers_per_gpu)
 
 MEMORY_SHARE = 0.9  # of a GPU's memory, split between the compile-ahead workers it hosts
 
@@ -41,8 +44,17 @@ def compile_ahead(run_dir: Path, case_ids: list[str], *, device: str,
     if n < 1:
         return {"workers": 0, "cases": 0, "wall_s": 0.0}
     units = units or {}
-    shards = warm_shards(ids, n, {c: u for c, (u, _) in units.items()},
-                         {c: b for c, (_, b) in units.items()})
+    unit_of = {c: u for c, (u, _) in units.items()}
+    backend_of = {c: b for c, (_, b) in units.items()}
+    shards = warm_shards(ids, n, unit_of, backend_of)
+    plans = warm_plans(shards, unit_of, backend_of)
+    # the claims of classes (work stealing, warm_plans): {case: class number} and a file per
+    # claimed class, in a folder of the run's own
+    claims = store.raw_dir(run_dir, "locks", "warm")
+    numbers = {u: k for k, u in enumerate(dict.fromkeys(unit_of.get(c, ("case", c))
+                                                        for c in ids))}
+    (claims / "units.json").write_text(json.dumps(
+        {c: numbers[unit_of.get(c, ("case", c))] for c in ids}))
     frac = MEMORY_SHARE / workers_per_gpu(len(shards), n_gpus)
     t0 = time.monotonic()
     lock = threading.Lock()
@@ -58,13 +70,65 @@ def compile_ahead(run_dir: Path, case_ids: list[str], *, device: str,
                 on_event({**ev, "gpu": gpu})
 
         env = {**worker_env(device, gpu), "HARNESS_WARM_MEMORY_FRACTION": f"{frac:.3f}"}
-        argv = worker_argv(run_dir, "warm", device, shard_ids, shard=f"warm{i}")
+        argv = worker_argv(run_dir, "warm", device, shard_ids, shard=f"warm{i}") + [
+            "--claims", str(claims)]
         stream(argv, env, store.raw_dir(run_dir, "logs") / f"warm{i}.log", on_ev,
                watchdog=watch.expired)  # whatever the exit: best effort, the check pass decides
 
-    run_threads([threading.Thread(target=one, args=(i, s), name=f"warm{i}", daemon=True)
-                 for i, s in enumerate(shards)], stop)
+    try:
+        run_threads([threading.Thread(target=one, args=(i, s), name=f"warm{i}", daemon=True)
+                     for i, s in enumerate(plans)], stop)
+    finally:
+        shutil.rmtree(claims, ignore_errors=True)
     return {"workers": len(shards), "cases": len(ids), "wall_s": round(time.monotonic() - t0, 2)}
+
+
+def check_beside(run_dir: Path, case_ids: list[str], *, device: str,
+                 limits: dict[str, float], gpus: list[int | None],
+                 on_event: Callable[[dict], None],
+                 stop: threading.Event | None = None) -> dict:
+    """Check `case_ids` (cases that compile nothing: check_beside_cases) while compile-ahead
+    runs, one worker per GPU (`--ahead`), so the GPU is not idle while the CPU compiles.
+    Nothing is timed beside compile-ahead, and what would be is left alone: a case whose check
+    raised (out of the memory the compile-ahead workers hold, say) or timed a Tuner gets no
+    record, nor does one whose worker died or hung, and the check pass does it afterwards as
+    it would have. Returns {"workers": n, "cases": n, "checked": n, "wall_s": s}."""
+    run_dir = Path(run_dir)
+    ids = todo(run_dir, "check", case_ids)
+    lanes = [g for g in (gpus or [None])][:max(1, len(ids))]
+    if not ids:
+        return {"workers": 0, "cases": 0, "checked": 0, "wall_s": 0.0}
+    shares = [ids[i::len(lanes)] for i in range(len(lanes))]
+    t0 = time.monotonic()
+    lock = threading.Lock()
+    stop = stop or threading.Event()
+
+    def one(i: int, gpu, share: list[str]) -> None:
+        watch = CaseWatch(limits, stop)
+
+        def on_ev(ev):
+            watch.see(ev)
+            with lock:
+                on_event({**ev, "gpu": gpu})
+
+        argv = worker_argv(run_dir, "check", device, share, shard=f"beside{i}") + ["--ahead"]
+        stream(argv, worker_env(device, gpu), store.raw_dir(run_dir, "logs") / f"beside{i}.log",
+               on_ev, watchdog=watch.expired)  # best effort: the check pass decides the rest
+
+    run_threads([threading.Thread(target=one, args=(i, g, sh), name=f"beside{i}", daemon=True)
+                 for i, (g, sh) in enumerate(zip(lanes, shares))], stop)
+    done = len(ids) - len(todo(run_dir, "check", ids))
+    return {"workers": len(lanes), "cases": len(ids), "checked": done,
+            "wall_s": round(time.monotonic() - t0, 2)}
+
+
+def check_beside_cases(run_dir: Path, op, check_ids: list[str]) -> list[str]:
+    """The check-pass cases of implementations that compile nothing (not WARM_BACKENDS), in
+    check order: checked beside compile-ahead (check_beside)."""
+    from harness.execute.worker import WARM_BACKENDS, _registered_impl
+
+    base = {r.case_id: _registered_impl(r) for r in store.load_cases(run_dir).itertuples()}
+    return [c for c in check_ids if _backend(op, base.get(c)) not in WARM_BACKENDS]
 
 
 def _backend(op, impl: str | None) -> str | None:

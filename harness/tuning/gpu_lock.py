@@ -1,0 +1,94 @@
+"""Sharing one GPU between the worker processes of a run without disturbing a measurement.
+
+Some work needs the GPU to itself: the time pass, and a Tuner's or an autotuner's timing of
+its candidates. Other work only needs the GPU to be there: a correctness check, a first call
+that loads a compiled kernel. The runner lets untimed work of a second process overlap the
+first process's check pass (harness.execute.executors.process: the time pass's later process
+loads what it will time meanwhile; harness.execute.runner: cases that compile nothing are
+checked beside compile-ahead), and this lock keeps the two kinds apart:
+
+    with gpu_lock.exclusive():   # nothing else of the run touches this GPU meanwhile
+        ... timed launches ...
+    with gpu_lock.shared():      # waits while timing runs; holds timing off while inside
+        ... an untimed call ...
+
+A reader-writer lock over two files (fcntl.flock) named by $HARNESS_GPU_LOCK (the runner sets
+it per run and GPU; unset, both are no-ops): `exclusive` takes the gate, then the lock
+exclusively; `shared` passes the gate, then takes the lock shared. The gate makes a waiting
+timer go first: a process looping over untimed calls cannot keep re-taking the shared lock
+ahead of it. Nested `exclusive` blocks (a Tuner timing inside the time pass) take it once.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+from contextlib import contextmanager
+from typing import Iterator
+
+ENV = "HARNESS_GPU_LOCK"
+
+_fds: dict[str, int] = {}
+_depth = {"exclusive": 0}
+
+
+def path() -> str | None:
+    """The lock's path prefix for this process (None: no locking)."""
+    return os.environ.get(ENV) or None
+
+
+def _fd(name: str) -> int:
+    fd = _fds.get(name)
+    if fd is None:
+        os.makedirs(os.path.dirname(name) or ".", exist_ok=True)
+        fd = _fds[name] = os.open(name, os.O_RDWR | os.O_CREAT, 0o644)
+    return fd
+
+
+@contextmanager
+def exclusive() -> Iterator[None]:
+    """The GPU to this process alone for the block (see the module doc)."""
+    base = path()
+    if base is None or _depth["exclusive"]:
+        _depth["exclusive"] += 1
+        try:
+            yield
+        finally:
+            _depth["exclusive"] -= 1
+        return
+    gate, lock = _fd(base + ".gate"), _fd(base + ".gpu")
+    fcntl.flock(gate, fcntl.LOCK_EX)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _depth["exclusive"] += 1
+        try:
+            yield
+        finally:
+            _depth["exclusive"] -= 1
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    finally:
+        fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+@contextmanager
+def shared() -> Iterator[None]:
+    """Untimed GPU work for the block: waits while another process times, and keeps it
+    waiting until the block ends (inside `exclusive`, a no-op)."""
+    base = path()
+    if base is None or _depth["exclusive"]:
+        yield
+        return
+    gate, lock = _fd(base + ".gate"), _fd(base + ".gpu")
+    fcntl.flock(gate, fcntl.LOCK_EX)  # a timer holding or waiting for the lock goes first
+    fcntl.flock(gate, fcntl.LOCK_UN)
+    fcntl.flock(lock, fcntl.LOCK_SH)
+    try:
+        yield
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def for_run(run_dir, gpu: int | None) -> str:
+    """The lock path of `run_dir` on GPU `gpu` (None: the one GPU the run's workers see)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").replace(",", "-")
+    key = f"gpu{gpu}" if gpu is not None else f"gpu-{visible or 'default'}"
+    return os.path.join(os.fspath(run_dir), "raw", "locks", key)

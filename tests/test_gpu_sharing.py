@@ -1,0 +1,208 @@
+"""One GPU shared by a run's processes without disturbing a measurement: the reader-writer GPU
+lock (harness.tuning.gpu_lock), the check of cases that compile nothing beside compile-ahead
+(warm.check_beside), the time pass's second process loading its cases while the first checks
+(process.Helper: `--prewarm`, `--wait-for`), and a check out of memory tried once more with the
+GPU to itself. Real worker processes on the CPU with the self-test op."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness import store
+from harness.execute.executors.warm import check_beside, check_beside_cases
+from harness.execute.worker import main as worker_main
+from harness.execute.worker import out_of_memory
+
+from test_executors import _run_dir, test_ops  # noqa: F401  (fixture)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+HOLDER = """
+import os, sys, time
+from harness.tuning import gpu_lock
+kind, hold, log = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+block = gpu_lock.exclusive if kind == "ex" else gpu_lock.shared
+for i in range(int(sys.argv[4]) if len(sys.argv) > 4 else 1):
+    with block():
+        with open(log, "a") as f:
+            f.write(f"{kind}{os.getpid()} {i} in {time.monotonic()}\\n")
+        time.sleep(hold)
+        with open(log, "a") as f:
+            f.write(f"{kind}{os.getpid()} {i} out {time.monotonic()}\\n")
+"""
+
+
+def _holder(tmp_path, kind, hold, n=1, lock=True):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if lock:
+        env["HARNESS_GPU_LOCK"] = str(tmp_path / "locks" / "gpu0")
+    else:
+        env.pop("HARNESS_GPU_LOCK", None)
+    return subprocess.Popen([sys.executable, "-c", HOLDER, kind, str(hold),
+                             str(tmp_path / "log"), str(n)], env=env)
+
+
+def _spans(tmp_path):
+    """{(kind + pid, i): (in, out)} from the holders' log."""
+    spans: dict = {}
+    for line in (tmp_path / "log").read_text().splitlines():
+        kind, i, what, t = line.split()
+        spans.setdefault((kind, int(i)), [None, None])[what == "out"] = float(t)
+    return spans
+
+
+def _overlap(a, b) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def test_exclusive_and_shared_never_overlap_and_a_timer_is_not_starved(tmp_path):
+    # a process looping over untimed calls back to back, and a timer arriving meanwhile: the
+    # timer gets the GPU at the next gap, and no untimed call overlaps its block
+    reader = _holder(tmp_path, "sh", 0.15, n=8)
+    time.sleep(0.5)
+    writer = _holder(tmp_path, "ex", 0.3)
+    assert writer.wait(timeout=60) == 0 and reader.wait(timeout=60) == 0
+    spans = _spans(tmp_path)
+    (ex,) = [v for k, v in spans.items() if k[0].startswith("ex")]
+    shared = [v for k, v in spans.items() if k[0].startswith("sh")]
+    assert len(shared) == 8 and not any(_overlap(ex, s) for s in shared)
+    # the timer went in before the reader's loop was over (the gate: no starvation)
+    assert any(s[0] > ex[1] for s in shared), spans
+
+
+def test_two_untimed_holders_share_and_no_lock_means_no_waiting(tmp_path):
+    a, b = _holder(tmp_path, "sh", 0.5), _holder(tmp_path, "sh", 0.5)
+    assert a.wait(timeout=60) == 0 and b.wait(timeout=60) == 0
+    sh = [v for k, v in _spans(tmp_path).items()]
+    assert len(sh) == 2 and _overlap(*sh)  # side by side: they only keep timers away
+    (tmp_path / "log").unlink()
+    a, b = _holder(tmp_path, "ex", 0.5, lock=False), _holder(tmp_path, "ex", 0.5, lock=False)
+    assert a.wait(timeout=60) == 0 and b.wait(timeout=60) == 0
+    assert _overlap(*_spans(tmp_path).values())  # unset: no locking at all
+
+
+def test_nested_exclusive_blocks_take_the_lock_once(tmp_path, monkeypatch):
+    from harness.tuning import gpu_lock
+
+    monkeypatch.setenv(gpu_lock.ENV, str(tmp_path / "locks" / "gpu0"))
+    with gpu_lock.exclusive():
+        with gpu_lock.exclusive():  # a Tuner timing inside the time pass
+            pass
+        with gpu_lock.shared():  # untimed work of the timer itself: no self-deadlock
+            pass
+        # still held: another process's untimed call waits
+        p = _holder(tmp_path, "sh", 0.0)
+        time.sleep(0.5)
+        assert p.poll() is None
+    assert p.wait(timeout=60) == 0
+
+
+def test_out_of_memory_is_recognised_in_torchs_and_libraries_words():
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+    assert out_of_memory(OutOfMemoryError("x"))
+    assert out_of_memory(RuntimeError("CUDA error: out of memory"))
+    assert out_of_memory(RuntimeError("CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate"))
+    assert not out_of_memory(ValueError("shapes do not match"))
+
+
+def test_check_beside_keeps_results_and_leaves_faults_and_timings_to_the_check_pass(tmp_path,
+                                                                                    test_ops):
+    from harness.registry import registry
+
+    run, ids = _run_dir(tmp_path, ["zeros", "raises", "tuned", "warm_tuned", "segfault"],
+                        n=(64,))
+    op = registry().get_op("scale2")
+    # cases that compile something (backend compile/triton) are compile-ahead's, not its own
+    plain = check_beside_cases(run, op, ids)
+    assert "warm_tuned.N=64.float32" not in plain and "segfault.N=64.float32" == plain[-1]
+    events = []
+    out = check_beside(run, plain, device="cpu", limits={c: 120.0 for c in ids},
+                       gpus=[None], on_event=events.append)
+    recs = {r["case_id"]: r for r in store.read_parts(run, "check")}
+    # a correct and an incorrect result are kept; an exception, a Tuner's timing (timed beside
+    # other work) and a dead worker's case are not: the check pass does them alone
+    assert recs["torch.N=64.float32"]["status"] == "ok"
+    assert recs["zeros.N=64.float32"]["status"] == "failed"
+    assert set(recs) == {"torch.N=64.float32", "zeros.N=64.float32"}
+    assert out["workers"] == 1 and out["cases"] == 5 and out["checked"] == 2
+    assert {e["case_id"] for e in events if e.get("status") == "deferred"} == {
+        "raises.N=64.float32", "tuned.N=64.float32"}
+    assert store.load_tuner_picks(run) == {}  # the pick timed beside compile-ahead is dropped
+    assert sorted(p.name for p in (run / "parts").iterdir()) == ["check.beside0.jsonl"]
+
+
+def test_a_check_out_of_memory_is_tried_again_alone_only_where_the_gpu_is_shared(
+        tmp_path, test_ops, monkeypatch):
+    run, ids = _run_dir(tmp_path, ["warm_oom"], n=(64,))
+    case = "warm_oom.N=64.float32"
+    args = ["--run", str(run), "--passes", "check", "--device", "cpu", "--cases", case]
+    monkeypatch.delenv("HARNESS_GPU_LOCK", raising=False)
+    import harness_test_ops
+
+    monkeypatch.setattr(harness_test_ops, "_OOM_SEEN", [])
+    assert worker_main(args) == 0
+    (rec,) = store.read_parts(run, "check")
+    assert rec["status"] == "error" and "out of memory" in rec["error"]
+    store.clear_parts(run, "check")
+    monkeypatch.setattr(harness_test_ops, "_OOM_SEEN", [])
+    monkeypatch.setenv("HARNESS_GPU_LOCK", str(tmp_path / "locks" / "gpu0"))
+    assert worker_main(args) == 0
+    (rec,) = store.read_parts(run, "check")
+    assert rec["status"] == "ok"
+
+
+def test_prewarm_calls_every_case_untimed_then_waits_for_its_turn(tmp_path, test_ops):
+    log = tmp_path / "tune.log"
+    run, ids = _run_dir(tmp_path, ["warm_tuned"], n=(64,))
+    go = tmp_path / "go.json"
+    env = {**os.environ, "HARNESS_TEST_TUNE_LOG": str(log), "TRITON_INTERPRET": "1"}
+    argv = [sys.executable, "-m", "harness", "worker", "--run", str(run), "--passes", "time",
+            "--device", "cpu", "--cases", ",".join(ids), "--tag", "time_p2", "--prewarm",
+            "--wait-for", str(go)]
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not log.exists() or "launch 3" not in log.read_text():
+        assert time.monotonic() < deadline and p.poll() is None
+        time.sleep(0.1)
+    time.sleep(0.5)
+    assert p.poll() is None  # waiting for its turn, nothing recorded yet
+    assert not (run / "parts").exists() or not list((run / "parts").iterdir())
+    lines = log.read_text().split("\n")
+    assert not any(" measure " in ln for ln in lines)  # compiled (launched), never timed
+    assert store.load_tuner_picks(run) == {}
+    go.write_text(json.dumps(["warm_tuned.N=64.float32"]))
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 0
+    recs = store.read_parts(run, "time_p2")
+    assert [(r["case_id"], r["status"]) for r in recs] == [("warm_tuned.N=64.float32", "ok")]
+    ev = [json.loads(ln[len("@@harness "):]) for ln in out.splitlines()
+          if ln.startswith("@@harness ")]
+    # the cases that load something on their first call (here backend compile), not the
+    # eager torch baseline's: calling those would only take the GPU from the first process
+    warmed = [e["case_id"] for e in ev if e["event"] == "start" and e["name"] == "prewarm"]
+    assert warmed == [c for c in ids if c.startswith("warm_tuned.")] and len(warmed) < len(ids)
+
+
+def test_a_two_process_run_lets_the_second_process_prewarm_and_take_its_turn(tmp_path):
+    """The whole path through the CLI: the time pass's second process is the Helper (its log
+    shows the prewarm and the turn file), and the run's records are complete."""
+    exp = tmp_path / "e.yaml"
+    exp.write_text("name: procs\nop: scale2\nbaseline: torch\ncandidates: [tuned]\n"
+                   "sweep: {N: [64, 1000]}\ndtypes: [float32]\n"
+                   "timing: {processes: 2, rep_ms: 5, min_samples: 3}\n")
+    env = {**os.environ, "HARNESS_OPS": "harness_test_ops",
+           "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
+    p = subprocess.run([sys.executable, "-m", "harness", "run", str(exp), "--store",
+                        str(tmp_path / "runs")], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    (run,) = [d for d in (tmp_path / "runs").iterdir() if (d / "manifest.json").exists()]
+    helper_log = (run / "raw" / "logs" / "measure.p2.log").read_text()
+    assert "--prewarm --wait-for" in helper_log and "[exit 0]" in helper_log
+    assert "time_p2" not in (run / "raw" / "logs" / "measure.log").read_text()
+    assert len(store.read_parts(run, "time_p2")) == 4
+    assert not (run / "raw" / "locks").exists()  # the locks and the turn file are gone
