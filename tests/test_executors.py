@@ -573,3 +573,53 @@ def test_profiler_pass_shards_implementations_over_gpus_and_merges(tmp_path, tes
     assert {rec["case_id"] for rec in store.read_parts(run, "fakeprof")} == set(ids)
     wall = store.load_manifest(run)["profiler_wall_s"]["fakeprof"]
     assert sorted(wall["gpus"]) == ["0", "1"] and wall["cases"] == len(ids)
+
+
+_TIMED_WRAP = ("import json, pathlib, subprocess, sys, time; out = pathlib.Path(sys.argv[1]); "
+               "t0 = time.time(); rc = subprocess.call(sys.argv[2:]); time.sleep(1.0); "
+               "out.joinpath('times.json').write_text(json.dumps([t0, time.time()])); "
+               "sys.exit(rc)")
+
+
+@pytest.mark.slow
+def test_one_gpus_profiler_passes_start_together_and_run_in_turn(tmp_path, test_ops,
+                                                                 monkeypatch):
+    """On one GPU the second pass's process starts with the first (its start-up overlaps the
+    first pass) and waits for its turn (`--wait-for`) before its first case: it profiles
+    nothing until the first process has ended; both passes land as one pass after the other
+    would."""
+    from rich.progress import Progress
+
+    from harness.profilers import base
+    from harness.execute.runner import Runner
+
+    def timed(name):
+        cls = _fake_profiler(name)
+        cls.command = lambda self, argv, out_dir, options: [
+            sys.executable, "-c", _TIMED_WRAP, str(out_dir), *argv]
+        cls.parse = lambda self, out_dir: __import__("pandas").DataFrame(
+            [{"case_id": c, "source": name, "kernel": "k", "name": "x", "value": 1.0,
+              "unit": ""} for c in ids], columns=base.METRIC_COLUMNS)
+        return cls
+
+    run, ids = _run_dir(tmp_path, ["zeros"])
+    for name in ("firstprof", "secondprof"):
+        monkeypatch.setitem(base._REGISTRY, name, timed(name))
+    r = Runner(run, Console(file=open(os.devnull, "w")))
+    r.profile_cases = lambda which: ids
+    opts = SimpleNamespace(cases="all", timeout_s=120)
+    with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
+        r.profile_passes(progress, [("firstprof", opts), ("secondprof", opts)])
+    assert r.passes["firstprof"] == r.passes["secondprof"] == "done", r.passes
+    m = store.load_metrics(run)
+    assert sorted(m.source.unique()) == ["firstprof", "secondprof"]
+    first = json.loads((run / "raw" / "firstprof" / "times.json").read_text())
+    second = json.loads((run / "raw" / "secondprof" / "times.json").read_text())
+    assert second[0] < first[1]  # started before the first pass was over
+    log = (run / "raw" / "secondprof" / "secondprof.log").read_text()
+    assert "--wait-for" in log and "--wait-for" not in (
+        run / "raw" / "firstprof" / "firstprof.log").read_text()
+    recs = run / "parts" / "secondprof.jsonl"
+    assert {rec["case_id"] for rec in store.read_parts(run, "secondprof")} == set(ids)
+    assert recs.stat().st_mtime > first[1]  # but profiled only after it
+    assert not (run / "raw" / "locks").exists()

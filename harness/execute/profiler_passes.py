@@ -7,6 +7,9 @@ process (ncu on one GPU while nsys runs on another), a GPU running its processes
 """
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -17,8 +20,8 @@ from rich.progress import Progress
 from harness.machine import env as envmod
 from harness import store
 from harness.experiment import spec
-from harness.execute.executors.process import (describe_rc, run_threads, stream, worker_argv,
-                                       worker_env)
+from harness.execute.executors.process import (Interrupted, describe_rc, run_threads, stream,
+                                               worker_argv, worker_env)
 from harness.execute.executors.schedule import (PROFILE_CASE_S, PROFILE_PROCESS_S, PROFILE_SETUP_S,
                                         shard_by_impl, shard_profilers)
 from harness.execute.previous import previous_profile_s
@@ -93,11 +96,71 @@ class ProfilerPasses:
             key = "+".join(p.name for p in passes)
             self.pass_wall[key] = round(time.monotonic() - started, 2)
             return
-        for p in passes:  # one GPU: each pass whole before the next (also its export)
+        for p in passes:  # one GPU: one pass after the other
             p.shards = self._profile_shards(p.name, p.cases)
+        if len(passes) > 1 and all(len(p.shards) == 1 for p in passes):
+            self._run_in_turn(passes)
+            return
+        for p in passes:
             self._run_processes([p])
             self._export([p])
             self._merge_pass(p)
+
+    def _run_in_turn(self, passes: list["_Pass"]) -> None:
+        """One process per pass on one GPU, in turn, each started with the first and waiting
+        for its turn (worker `--wait-for`) before it touches the GPU: its start-up (the
+        profiler's, Python's, the imports) is over by then, and a pass's report is exported
+        while the next pass runs."""
+        stop = threading.Event()
+        locks = store.raw_dir(self.run_dir, "locks")
+        turns = [None] + [locks / f"{p.name}.go" for p in passes[1:]]
+        for go in turns[1:]:
+            go.unlink(missing_ok=True)
+        threads = [threading.Thread(target=self._one_process, args=(p, 0, stop, go),
+                                    name=f"profile-{p.name}", daemon=True)
+                   for p, go in zip(passes, turns)]
+        try:
+            for t in threads:
+                t.start()
+            for k, (p, t) in enumerate(zip(passes, threads)):
+                while t.is_alive():
+                    t.join(0.2)
+                if k + 1 < len(passes):  # the next pass's turn: its span starts now
+                    nxt = passes[k + 1]
+                    tmp = turns[k + 1].with_suffix(".tmp")
+                    tmp.write_text(json.dumps(nxt.shards[0][1]))
+                    os.replace(tmp, turns[k + 1])
+                    nxt.span = []
+                    nxt.mark()
+                self._export([p])
+        except KeyboardInterrupt:
+            stop.set()
+            for t in threads:
+                t.join()
+            raise Interrupted() from None
+        finally:
+            shutil.rmtree(locks, ignore_errors=True)
+        for p in passes:
+            self._merge_pass(p)
+
+    def _one_process(self, p: "_Pass", i: int, stop: threading.Event,
+                     wait_for: Path | None = None) -> None:
+        """Shard `i` of pass `p` as a profiler process pinned to its GPU (with `wait_for`, the
+        worker waits for that file, its turn, before its first case)."""
+        gpu, ids, out_dir = p.shards[i]
+        argv = p.prof.command(worker_argv(self.run_dir, "torch_profiler" if p.name ==
+                                          "torch_profiler" else "profile", self.device, ids,
+                                          tag=p.name,
+                                          shard=f"gpu{gpu}" if len(p.shards) > 1 else None)
+                              + (["--wait-for", str(wait_for)] if wait_for else []),
+                              out_dir, p.options)
+        env = {**worker_env(self.device, gpu), **p.prof.env()}
+        p.mark()
+        try:
+            p.outcome[i] = stream(argv, env, out_dir / f"{p.name}.log", p.on_event,
+                                  timeout=p.options.timeout_s, watchdog=stop.is_set)
+        finally:
+            p.mark()
 
     def _plan_pass(self, progress: Progress, prof_name: str, options) -> "_Pass | None":
         from harness.profilers import base
@@ -129,19 +192,7 @@ class ProfilerPasses:
         stop = threading.Event()  # Ctrl-C: every lane's process group is killed
 
         def one(p: _Pass, i: int) -> None:
-            gpu, ids, out_dir = p.shards[i]
-            argv = p.prof.command(worker_argv(self.run_dir, "torch_profiler" if p.name ==
-                                              "torch_profiler" else "profile", self.device, ids,
-                                              tag=p.name,
-                                              shard=f"gpu{gpu}" if len(p.shards) > 1 else None),
-                                  out_dir, p.options)
-            env = {**worker_env(self.device, gpu), **p.prof.env()}
-            p.mark()
-            try:
-                p.outcome[i] = stream(argv, env, out_dir / f"{p.name}.log", p.on_event,
-                                      timeout=p.options.timeout_s, watchdog=stop.is_set)
-            finally:
-                p.mark()
+            self._one_process(p, i, stop)
 
         lanes = list(by_gpu.values())
         if len(lanes) == 1 and len(lanes[0]) == 1:
