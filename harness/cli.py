@@ -222,9 +222,9 @@ VERB_MODULES = {
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["worker"]:
-        from harness.execute import worker
+        from harness.execute import worker_main
 
-        return worker.main(argv[1:])
+        return worker_main.main(argv[1:])
     console = Console(stderr=False, highlight=False)
     if not console.is_terminal:  # logs and CI: wide enough for the summary table
         console = Console(stderr=False, highlight=False, width=230)

@@ -98,7 +98,54 @@ def test_no_import_circle_between_the_parts_of_harness():
     assert not found, "import circles:\n" + "\n".join(lines)
 
 
+def tangles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one node (Tarjan): every import circle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circle_between_the_modules_of_harness():
+    """Inside a part too: a plugin (an executor, a profiler) joins a registry without the base
+    importing it back, and the CLI entry of a process is not the module its passes live in."""
+    known = modules()
+    graph = {m: imported(m, p, known) for m, p in known.items()}
+    found = tangles(graph)
+    assert not found, "import circles between modules:\n" + "\n".join(
+        " <-> ".join(g) for g in found)
+
+
 def test_the_checker_finds_a_circle():
+    assert tangles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert tangles({"a": {"b"}, "b": {"c"}}) == []
     assert cycles({("a", "b"): [], ("b", "c"): [], ("c", "a"): []}) == [["a", "b", "c", "a"]]
     assert cycles({("a", "b"): [], ("b", "c"): []}) == []
     assert part("harness.execute.worker") == "execute" and part("harness.cli") == "cli"

@@ -26,8 +26,8 @@ from harness import store
 from harness.analysis import noise as noisemod
 from harness.analysis import paired as pairedmod
 from harness.analysis import spread
-from harness.analysis.compare import (TimeDiff, clock_explained, clock_ratio, compare_samples,
-                                      impl_backend, same_code)
+from harness.analysis.diff import (TimeDiff, clock_explained, clock_ratio, compare_samples,
+                                   impl_backend, same_code)
 from harness.values import finite as _num
 
 Z_MDE = 1.96 + 0.8416  # two-sided 95 %, 80 % power

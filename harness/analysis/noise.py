@@ -309,7 +309,7 @@ def _aa_ratios(a: Path, b: Path) -> pd.Series:
 def _peer_impls(rows: pd.DataFrame) -> set[str]:
     """The implementations among `rows` (cases with impl, op, base_impl) registered with a
     PEER_BACKENDS backend (one this checkout does not register counts as ours)."""
-    from harness.analysis.compare import impl_backend
+    from harness.analysis.diff import impl_backend
 
     if "impl" not in rows.columns or "op" not in rows.columns:
         return set()

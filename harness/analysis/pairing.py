@@ -70,7 +70,7 @@ def _has_timed_results(run_dir: Path) -> bool:
 def why_not(m: dict, other: dict, other_dir: Path, case_ids: set[str]) -> str | None:
     """Why `other` cannot be the previous run of the run with manifest `m` (None: it can).
     The reasons are short plural-friendly phrases, counted in the none-found message."""
-    from harness.analysis.compare import env_problems
+    from harness.analysis.diff import env_problems
 
     exp, oexp = m.get("experiment") or {}, other.get("experiment") or {}
     if oexp.get("name") != exp.get("name") or oexp.get("op") != exp.get("op"):

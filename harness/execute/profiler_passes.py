@@ -163,9 +163,9 @@ class ProfilerPasses:
             p.mark()
 
     def _plan_pass(self, progress: Progress, prof_name: str, options) -> "_Pass | None":
-        from harness.profilers import base
+        from harness.profilers import registry
 
-        prof = base.get(prof_name)
+        prof = registry.get(prof_name)
         avail = prof.availability()
         if not avail.ok:
             self._set_pass(prof_name, f"skipped: {avail.detail}")

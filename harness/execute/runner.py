@@ -21,8 +21,7 @@ from harness.machine import env as envmod
 from harness import store
 from harness.experiment import spec
 from harness.errors import HarnessError
-from harness.execute.executors import Executor, make_executor
-from harness.execute.executors.base import from_manifest
+from harness.execute.executors import Executor, from_manifest, make_executor
 from harness.execute.executors.process import Interrupted, kernel_caches, todo
 from harness.execute.executors.schedule import case_costs, case_timeout_s, longest_first
 from harness.execute.previous import previous_medians

@@ -92,14 +92,3 @@ _REGISTRY: dict[str, type[Profiler]] = {}
 def register(cls: type[Profiler]) -> type[Profiler]:
     _REGISTRY[cls.name] = cls
     return cls
-
-
-def profilers() -> dict[str, Profiler]:
-    """Every registered profiler, instantiated (import side effects register them)."""
-    from harness.profilers import ncu, nsys, torch_profiler  # noqa: F401
-
-    return {name: cls() for name, cls in _REGISTRY.items()}
-
-
-def get(name: str) -> Profiler:
-    return profilers()[name]
