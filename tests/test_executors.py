@@ -593,23 +593,26 @@ def test_one_gpus_profiler_passes_start_together_and_run_in_turn(tmp_path, test_
     from harness.profilers import base
     from harness.execute.runner import Runner
 
-    def timed(name):
+    def timed(name, pause=0.0):
         cls = _fake_profiler(name)
         cls.command = lambda self, argv, out_dir, options: [
-            sys.executable, "-c", _TIMED_WRAP, str(out_dir), *argv]
+            sys.executable, "-c", f"import time; time.sleep({pause}); " + _TIMED_WRAP,
+            str(out_dir), *argv]
         cls.parse = lambda self, out_dir: __import__("pandas").DataFrame(
             [{"case_id": c, "source": name, "kernel": "k", "name": "x", "value": 1.0,
               "unit": ""} for c in ids], columns=base.METRIC_COLUMNS)
         return cls
 
     run, ids = _run_dir(tmp_path, ["zeros"])
-    for name in ("firstprof", "secondprof"):
-        monkeypatch.setitem(base._REGISTRY, name, timed(name))
+    monkeypatch.setitem(base._REGISTRY, "firstprof", timed("firstprof", pause=4.0))
+    monkeypatch.setitem(base._REGISTRY, "secondprof", timed("secondprof"))
     r = Runner(run, Console(file=open(os.devnull, "w")))
     r.profile_cases = lambda which: ids
-    opts = SimpleNamespace(cases="all", timeout_s=120)
+    # the second pass's limit (4 s) is shorter than the first pass: it runs from its turn
     with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
-        r.profile_passes(progress, [("firstprof", opts), ("secondprof", opts)])
+        r.profile_passes(progress, [
+            ("firstprof", SimpleNamespace(cases="all", timeout_s=120)),
+            ("secondprof", SimpleNamespace(cases="all", timeout_s=4.0))])
     assert r.passes["firstprof"] == r.passes["secondprof"] == "done", r.passes
     m = store.load_metrics(run)
     assert sorted(m.source.unique()) == ["firstprof", "secondprof"]

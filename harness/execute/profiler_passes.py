@@ -132,6 +132,7 @@ class ProfilerPasses:
                     os.replace(tmp, turns[k + 1])
                     nxt.span = []
                     nxt.mark()
+                    nxt.turn_at = time.monotonic()
                 self._export([p])
         except KeyboardInterrupt:
             stop.set()
@@ -155,10 +156,18 @@ class ProfilerPasses:
                               + (["--wait-for", str(wait_for)] if wait_for else []),
                               out_dir, p.options)
         env = {**worker_env(self.device, gpu), **p.prof.env()}
+        limit = p.options.timeout_s
+
+        def expired() -> bool:  # a process waiting for its turn: its limit runs from the turn
+            turn = p.turn_at
+            return stop.is_set() or bool(limit and turn is not None
+                                         and time.monotonic() - turn > limit)
+
         p.mark()
         try:
             p.outcome[i] = stream(argv, env, out_dir / f"{p.name}.log", p.on_event,
-                                  timeout=p.options.timeout_s, watchdog=stop.is_set)
+                                  timeout=None if wait_for else limit,
+                                  watchdog=expired if wait_for else stop.is_set)
         finally:
             p.mark()
 
@@ -380,6 +389,7 @@ class _Pass:
         self.finished: list[dict] = []
         self.per_case: dict[str, float] = {}    # wall time under the profiler (replays included)
         self.span: list[float] = []             # first process start, last process end
+        self.turn_at: float | None = None       # a process started early: when its turn came
         self._began: dict[str, float] = {}
         self._lock = threading.Lock()
 
