@@ -13,7 +13,7 @@ from pathlib import Path
 from harness import store
 from harness.execute.executors.warm import check_beside, check_beside_cases
 from harness.execute.worker_main import main as worker_main
-from harness.execute.worker import out_of_memory
+from harness.execute.sharing import out_of_memory
 
 from test_executors import _run_dir, test_ops  # noqa: F401  (fixture)
 

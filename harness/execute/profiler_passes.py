@@ -7,9 +7,6 @@ process (ncu on one GPU while nsys runs on another), a GPU running its processes
 """
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +17,7 @@ from rich.progress import Progress
 from harness.machine import env as envmod
 from harness import store
 from harness.experiment import spec
+from harness.execute import sharing
 from harness.execute.executors.process import (Interrupted, describe_rc, run_threads, stream,
                                                worker_argv, worker_env)
 from harness.execute.executors.schedule import (PROFILE_CASE_S, PROFILE_PROCESS_S, PROFILE_SETUP_S,
@@ -112,10 +110,7 @@ class ProfilerPasses:
         profiler's, Python's, the imports) is over by then, and a pass's report is exported
         while the next pass runs."""
         stop = threading.Event()
-        locks = store.raw_dir(self.run_dir, "locks")
-        turns = [None] + [locks / f"{p.name}.go" for p in passes[1:]]
-        for go in turns[1:]:
-            go.unlink(missing_ok=True)
+        turns = [None] + [sharing.turn_file(self.run_dir, p.name) for p in passes[1:]]
         threads = [threading.Thread(target=self._one_process, args=(p, 0, stop, go),
                                     name=f"profile-{p.name}", daemon=True)
                    for p, go in zip(passes, turns)]
@@ -127,12 +122,9 @@ class ProfilerPasses:
                     t.join(0.2)
                 if k + 1 < len(passes):  # the next pass's turn: its span starts now
                     nxt = passes[k + 1]
-                    tmp = turns[k + 1].with_suffix(".tmp")
-                    tmp.write_text(json.dumps(nxt.shards[0][1]))
-                    os.replace(tmp, turns[k + 1])
-                    nxt.span = []
-                    nxt.mark()
+                    sharing.give_turn(turns[k + 1], nxt.shards[0][1])
                     nxt.turn_at = time.monotonic()
+                    nxt.span = [nxt.turn_at, nxt.turn_at]
                 self._export([p])
         except KeyboardInterrupt:
             stop.set()
@@ -140,7 +132,7 @@ class ProfilerPasses:
                 t.join()
             raise Interrupted() from None
         finally:
-            shutil.rmtree(locks, ignore_errors=True)
+            sharing.clear(self.run_dir)
         for p in passes:
             self._merge_pass(p)
 

@@ -114,10 +114,10 @@ class Runner(ProfilerPasses):
             try:
                 self.executor.measure(self.run_dir, todo_ids, cost, limits, self.device,
                                       on_event)
-            finally:  # the workers' GPU locks and turn files (gpu_lock, process.Helper)
-                import shutil
+            finally:  # the workers' GPU locks and turn files (harness.execute.sharing)
+                from harness.execute import sharing
 
-                shutil.rmtree(self.run_dir / "raw" / "locks", ignore_errors=True)
+                sharing.clear(self.run_dir)
         # the check pass starts with the first worker (its start-up is part of the pass)
         if "check" in span:
             span["check"][0] = t0

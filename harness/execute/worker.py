@@ -39,6 +39,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from harness.errors import exception_line
+from harness.execute import sharing
 
 EXIT_CONTEXT_DEAD = 3
 PASSES = ("check", "time", "profile", "torch_profiler", "warm", "ab")
@@ -282,7 +283,7 @@ class Worker:
         JSON list of case ids replaces `only` (the time pass's later process, started while
         the first one checks: harness.execute.executors.process.run_shard). `claims` (a
         folder with units.json, {case: class}): a case is done only if its class is this
-        worker's or can be claimed for it (compile-ahead's work stealing: `Claims`)."""
+        worker's or can be claimed for it (compile-ahead's work stealing: sharing.Claims)."""
         from harness import store, tuning
 
         self.process = store.repeat_index(tag)
@@ -290,7 +291,7 @@ class Worker:
             self.prewarm(only)
         if wait_for:
             only = self.wait_turn(wait_for)
-        claim = Claims(claims) if claims else None
+        claim = sharing.Claims(claims) if claims else None
         for pass_name in passes:
             part = tag or pass_name
             done = {r["case_id"]: r for r in store.read_parts(self.run_dir, part)}
@@ -384,16 +385,14 @@ class Worker:
             if torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > RELEASE_BYTES:
                 torch.cuda.empty_cache()
 
-    def wait_turn(self, path: str, poll_s: float = 0.05) -> list[str]:
-        """Wait until `path` exists; its JSON list of case ids is what this process does now.
-        The picks the first process made meanwhile are loaded."""
+    def wait_turn(self, path: str) -> list[str]:
+        """Wait for this process's turn (sharing.wait_turn): the case ids it does now. The
+        picks the first process made meanwhile are loaded."""
         from harness import store, tuning
 
-        while not os.path.exists(path):
-            time.sleep(poll_s)
-        ids = json.loads(Path(path).read_text())
+        ids = sharing.wait_turn(path)
         tuning.load_picks(store.load_tuner_picks(self.run_dir))
-        return [str(c) for c in ids]
+        return ids
 
     def _one(self, pass_name, case_id, impl_name, params, dtype, check_parts) -> dict:
         impl = self.op.get_impl(impl_name)
@@ -404,9 +403,8 @@ class Worker:
         if pass_name != "check" and prior and prior["status"] in ("error", "skipped", "timeout"):
             return {"status": "skipped", "error": f"check: {prior.get('error')}"}
         from harness import tuning
-        from harness.tuning.autotune import steering
-
         from harness.tuning import gpu_lock
+        from harness.tuning.autotune import steering
 
         handler = getattr(self, f"do_{pass_name}")
         alone = pass_name == "time"  # timed: nothing else of the run on this GPU meanwhile
@@ -419,7 +417,7 @@ class Worker:
                 break
             except Exception as exc:  # a failing kernel fails its case, not the run
                 traceback.print_exc()
-                if not attempt and not alone and gpu_lock.path() and out_of_memory(exc):
+                if not attempt and not alone and gpu_lock.path() and sharing.out_of_memory(exc):
                     # another process of the run shares this GPU (gpu_lock): the case is not
                     # failed for memory that process held; once more with the GPU to itself
                     self._release()
@@ -465,40 +463,6 @@ class Worker:
             return False
         except Exception:
             return True
-
-
-class Claims:
-    """Compile classes claimed by the compile-ahead workers (schedule.warm_plans): a class is
-    claimed by creating its file (exclusively), so exactly one worker compiles it."""
-
-    def __init__(self, folder: str):
-        self.folder = Path(folder)
-        self.unit_of = {k: str(v) for k, v in
-                        json.loads((self.folder / "units.json").read_text()).items()}
-        self.mine: set[str] = set()
-        self.theirs: set[str] = set()
-
-    def take(self, case_id: str) -> bool:
-        unit = self.unit_of.get(case_id)
-        if unit is None or unit in self.mine:
-            return True
-        if unit in self.theirs:
-            return False
-        try:
-            os.close(os.open(self.folder / f"class{unit}", os.O_CREAT | os.O_EXCL))
-        except FileExistsError:
-            self.theirs.add(unit)
-            return False
-        self.mine.add(unit)
-        return True
-
-
-def out_of_memory(exc: BaseException) -> bool:
-    """Whether `exc` says the GPU ran out of memory (torch's, cuBLAS's or a library's words)."""
-    if type(exc).__name__ == "OutOfMemoryError":
-        return True
-    text = str(exc).lower()
-    return "out of memory" in text or "alloc_failed" in text
 
 
 def _gpu_index() -> int | None:

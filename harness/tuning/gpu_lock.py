@@ -13,7 +13,7 @@ checked beside compile-ahead), and this lock keeps the two kinds apart:
         ... an untimed call ...
 
 A reader-writer lock over two files (fcntl.flock) named by $HARNESS_GPU_LOCK (the runner sets
-it per run and GPU; unset, both are no-ops): `exclusive` takes the gate, then the lock
+it per run and GPU, harness.execute.sharing.lock_path; unset, both are no-ops): `exclusive` takes the gate, then the lock
 exclusively; `shared` passes the gate, then takes the lock shared. The gate makes a waiting
 timer go first: a process looping over untimed calls cannot keep re-taking the shared lock
 ahead of it. Nested `exclusive` blocks (a Tuner timing inside the time pass) take it once.
@@ -85,10 +85,3 @@ def shared() -> Iterator[None]:
         yield
     finally:
         fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def for_run(run_dir, gpu: int | None) -> str:
-    """The lock path of `run_dir` on GPU `gpu` (None: the one GPU the run's workers see)."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").replace(",", "-")
-    key = f"gpu{gpu}" if gpu is not None else f"gpu-{visible or 'default'}"
-    return os.path.join(os.fspath(run_dir), "raw", "locks", key)

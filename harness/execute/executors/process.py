@@ -23,7 +23,7 @@ from typing import Callable
 
 from harness import store
 
-from harness.execute import pycache
+from harness.execute import pycache, sharing
 from harness.errors import HarnessError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
@@ -261,9 +261,10 @@ def run_shard(run_dir: Path, case_ids: list[str], *, device: str, limits: dict[s
     shard go to parts/<part>.<shard>.jsonl (parts/<part>.jsonl without a shard). Setting
     `stop` (Ctrl-C seen by another thread) kills the worker and raises Interrupted.
     """
+    from harness.execute import sharing
     from harness.tuning import gpu_lock
 
-    env = {**(env or worker_env(device, gpu)), gpu_lock.ENV: gpu_lock.for_run(run_dir, gpu)}
+    env = {**(env or worker_env(device, gpu)), gpu_lock.ENV: sharing.lock_path(run_dir, gpu)}
     drive = Driver(run_dir, device=device, limits=limits, log_path=log_path,
                    on_event=on_event, gpu=gpu, shard=shard, env=env, stop=stop)
     n = time_processes(run_dir)
@@ -295,8 +296,7 @@ class Helper:
         run_dir = drive.run_dir
         tag = measure_parts(2)[-1]
         name = f"{tag}.{drive.shard}" if drive.shard else tag
-        self.go_file = store.raw_dir(run_dir, "locks") / f"{name}.go"
-        self.go_file.unlink(missing_ok=True)
+        self.go_file = sharing.turn_file(run_dir, name)
         self.cancelled = threading.Event()
         argv = worker_argv(run_dir, "time", drive.device, case_ids, tag=tag,
                            shard=drive.shard) + ["--prewarm", "--wait-for", str(self.go_file)]
@@ -329,10 +329,8 @@ class Helper:
             drive.record_fault(watch, rc, timed_out, log)
 
     def go(self, case_ids: list[str]) -> None:
-        """Its turn: write the cases it times, wait for it to end."""
-        tmp = self.go_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(case_ids))
-        os.replace(tmp, self.go_file)
+        """Its turn: the cases it times; wait for it to end."""
+        sharing.give_turn(self.go_file, case_ids)
         while self.thread.is_alive():
             self.thread.join(0.2)
 

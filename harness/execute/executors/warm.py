@@ -11,15 +11,14 @@ warm-up; the check pass then meets the same case and records the fault properly.
 """
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import threading
 import time
 from pathlib import Path
 from typing import Callable
 
 from harness import store
+from harness.execute import sharing
 from harness.execute.executors.process import (CaseWatch, run_threads, stream, todo, worker_argv,
                                        worker_env)
 from harness.execute.executors.schedule import (compile_workers, warm_plans, warm_shards,
@@ -50,11 +49,8 @@ def compile_ahead(run_dir: Path, case_ids: list[str], *, device: str,
     plans = warm_plans(shards, unit_of, backend_of)
     # the claims of classes (work stealing, warm_plans): {case: class number} and a file per
     # claimed class, in a folder of the run's own
-    claims = store.raw_dir(run_dir, "locks", "warm")
-    numbers = {u: k for k, u in enumerate(dict.fromkeys(unit_of.get(c, ("case", c))
-                                                        for c in ids))}
-    (claims / "units.json").write_text(json.dumps(
-        {c: numbers[unit_of.get(c, ("case", c))] for c in ids}))
+    claims = sharing.folder(run_dir, "warm")
+    sharing.Claims.write(claims, {c: unit_of.get(c, ("case", c)) for c in ids})
     frac = MEMORY_SHARE / workers_per_gpu(len(shards), n_gpus)
     t0 = time.monotonic()
     lock = threading.Lock()
@@ -79,7 +75,7 @@ def compile_ahead(run_dir: Path, case_ids: list[str], *, device: str,
         run_threads([threading.Thread(target=one, args=(i, s), name=f"warm{i}", daemon=True)
                      for i, s in enumerate(plans)], stop)
     finally:
-        shutil.rmtree(claims, ignore_errors=True)
+        sharing.clear(run_dir, "warm")
     return {"workers": len(shards), "cases": len(ids), "wall_s": round(time.monotonic() - t0, 2)}
 
 

@@ -1,0 +1,100 @@
+"""What the processes of one run hand each other through the run directory, all under
+raw/locks/ (removed when the passes end):
+
+- the GPU lock's files (harness.tuning.gpu_lock), one pair per GPU: `lock_path`;
+- turn files: a process started early (the time pass's second process, the nsys process
+  while ncu runs) waits (`wait_turn`) until its driver writes the JSON list of the cases it
+  does now (`give_turn`);
+- compile-ahead's class claims (`Claims`): exactly one worker compiles a class.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+LOCKS = ("raw", "locks")
+
+
+def folder(run_dir, *sub: str) -> Path:
+    """raw/locks/<sub...> of `run_dir`, created."""
+    p = Path(run_dir, *LOCKS, *sub)
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def clear(run_dir, *sub: str) -> None:
+    """Remove raw/locks/<sub...> of `run_dir` (what a finished pass left)."""
+    shutil.rmtree(Path(run_dir, *LOCKS, *sub), ignore_errors=True)
+
+
+def lock_path(run_dir, gpu: int | None) -> str:
+    """The GPU lock's path prefix for `run_dir` on GPU `gpu` (None: the one GPU the run's
+    workers see, by CUDA_VISIBLE_DEVICES)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").replace(",", "-")
+    key = f"gpu{gpu}" if gpu is not None else f"gpu-{visible or 'default'}"
+    return str(Path(run_dir, *LOCKS, key))
+
+
+def turn_file(run_dir, name: str) -> Path:
+    """A fresh turn file's path (none written yet)."""
+    path = folder(run_dir) / f"{name}.go"
+    path.unlink(missing_ok=True)
+    return path
+
+
+def give_turn(path: Path, case_ids: list[str]) -> None:
+    """Its turn, to the process waiting for `path`: the cases it does now (written whole)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(list(case_ids)))
+    os.replace(tmp, path)
+
+
+def wait_turn(path: str, poll_s: float = 0.05) -> list[str]:
+    """Wait until `path` exists; its case ids."""
+    while not os.path.exists(path):
+        time.sleep(poll_s)
+    return [str(c) for c in json.loads(Path(path).read_text())]
+
+
+class Claims:
+    """Compile classes claimed by the compile-ahead workers (schedule.warm_plans): a class is
+    claimed by creating its file (exclusively), so exactly one worker compiles it. The folder
+    holds units.json ({case: class}), written by `write`."""
+
+    def __init__(self, folder: str):
+        self.folder = Path(folder)
+        self.unit_of = {k: str(v) for k, v in
+                        json.loads((self.folder / "units.json").read_text()).items()}
+        self.mine: set[str] = set()
+        self.theirs: set[str] = set()
+
+    @staticmethod
+    def write(path: Path, unit_of: dict[str, object]) -> None:
+        """units.json in folder `path`: each case's class, numbered."""
+        numbers = {u: k for k, u in enumerate(dict.fromkeys(unit_of.values()))}
+        (path / "units.json").write_text(json.dumps({c: numbers[u] for c, u in unit_of.items()}))
+
+    def take(self, case_id: str) -> bool:
+        unit = self.unit_of.get(case_id)
+        if unit is None or unit in self.mine:
+            return True
+        if unit in self.theirs:
+            return False
+        try:
+            os.close(os.open(self.folder / f"class{unit}", os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            self.theirs.add(unit)
+            return False
+        self.mine.add(unit)
+        return True
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` says the GPU ran out of memory (torch's, cuBLAS's or a library's words)."""
+    if type(exc).__name__ == "OutOfMemoryError":
+        return True
+    text = str(exc).lower()
+    return "out of memory" in text or "alloc_failed" in text
