@@ -210,7 +210,8 @@ class Op:
         """Override how a call is built: `fn(callable_fn, inputs, params, out) -> () -> result`.
 
         Used by ops whose measured region is not a plain call (e.g. the backward pass).
-        It is applied to impls and to the reference alike.
+        It is applied to impls and to the reference alike. What `fn` runs itself (the forward
+        of a measured backward) runs under harness.tuning.setup(): its Tuners time nothing.
         """
         self._bind = fn
         return fn
@@ -286,7 +287,10 @@ class Op:
     def bind(self, fn: Callable, inputs: tuple, params: Params, out=None) -> Callable[[], Any]:
         """A zero-argument callable running `fn` on `inputs`: what timing and profilers call."""
         if self._bind is not None:
-            return self._bind(fn, inputs, params, out)
+            from harness import tuning
+
+            with tuning.setup():  # what the binder runs is set-up, not the measured call
+                return self._bind(fn, inputs, params, out)
         kw = self.kwargs(params)
         if out is not None:
             kw["out"] = out

@@ -18,6 +18,8 @@ one field. Valid values of a field: those in `configs` (the static candidate lis
   2. the pick already made for this key in this process, or persisted by an earlier worker of
      the run (harness.tuning.stored_pick);
   3. the only candidate, or in the CPU interpreter the first one (untimed);
+  3b. while a call is set up outside the measured region (harness.tuning.setup: the forward
+     of a measured backward), the first candidate that launches, untimed and not kept;
   4. in a compile-ahead worker (harness.tuning.compile_only): every candidate compiled, the
      first that launched returned, nothing timed or kept;
   5. on the GPU: the candidates compiled concurrently (`precompile`), the clocks brought up
@@ -132,6 +134,8 @@ class Tuner:
         self.sources: dict[Hashable, str] = {}
         self._dicts: dict[Any, dict] = {}
         self._forced_picks: dict[Hashable, Any] = {}
+        self._setup_picks: dict[Hashable, Any] = {}  # untimed, for set-up calls only
+        self._sized: dict[Any, tuple[int, int]] = {}  # this pick's cfg -> (launches, spin)
         self.evidence: dict[Hashable, dict] = {}  # key -> what its timed pick rests on
 
     # -- what the harness validates a YAML config against ------------------------------------
@@ -181,12 +185,11 @@ class Tuner:
             cfg = self._forced_picks.get(fkey)
             if cfg is None:
                 cfg = self._forced(key, candidates, launch, fixed)
-                if not tuning.compiling_only():  # untimed then: the first that launched
+                if not (tuning.compiling_only() or tuning.in_setup()):  # untimed then
                     self._forced_picks[fkey] = cfg
             source = "forced"
         else:
-            cfg = self._best(key, candidates, launch, timed)
-            source = self.sources.get(key)
+            cfg, source = self._best(key, candidates, launch, timed)
         if source is None:  # compile-ahead: nothing was picked, nothing to record
             return cfg
         if tuning.recording_active():  # every call of a timed loop passes here: keep it cheap
@@ -210,7 +213,7 @@ class Tuner:
         matching = [c for c in candidates
                     if all(self.as_dict(c).get(f) == v for f, v in fixed.items())]
         if matching:
-            return self._best((key, tuple(sorted(fixed.items()))), matching, launch)
+            return self._best((key, tuple(sorted(fixed.items()))), matching, launch)[0]
         for c in candidates:
             merged = {**self.as_dict(c), **fixed}
             if not self.violated(merged):
@@ -220,8 +223,10 @@ class Tuner:
                          f"({_fmt(merged)} breaks {self.violated(merged)})")
 
     def _best(self, key, candidates, launch, timed: Callable[[Any], bool] | None = None):
+        """(config, source) for `key`; source None: compile-ahead's untimed answer, nothing
+        to record."""
         if key in self.best:
-            return self.best[key]
+            return self.best[key], self.sources.get(key)
         stored = tuning.stored_pick(self.name, key)
         if stored and self.fields and set(stored.get("config", {})) == set(self.fields):
             cfg = self.make(stored["config"], candidates[0])
@@ -233,19 +238,35 @@ class Tuner:
         pool = pool or candidates
         if len(pool) == 1 or not self.timing_enabled():
             return self._keep(key, pool[0], "interpreter" if interpreted() else "single")
+        if tuning.in_setup():  # outside the measured call: the first that launches, not kept
+            cfg = self._setup_picks.get(key)
+            if cfg is None:
+                cfg = self._setup_picks[key] = self._first_launching(key, pool, launch)
+            return cfg, None if tuning.compiling_only() else "setup"
         if tuning.compiling_only():  # compile-ahead: every candidate compiled, none timed or kept
             launched = precompile(pool, launch, initializer=_cuda_thread_initializer()) \
                 if self.precompile_enabled() else []
-            return (launched or pool)[0]
+            return (launched or pool)[0], None
         cfg = self._tune(key, pool, launch)
-        self._keep(key, cfg, "tuned")
         tuning.remember(self.name, key, self.as_dict(cfg), "tuned", self.evidence.get(key))
-        return cfg
+        return self._keep(key, cfg, "tuned")
 
-    def _keep(self, key, cfg, source: str):
+    def _keep(self, key, cfg, source: str) -> tuple[Any, str]:
         self.best[key] = cfg
         self.sources[key] = source
-        return cfg
+        return cfg, source
+
+    def _first_launching(self, key, pool: list, launch: Callable[[Any], None]):
+        """The first of `pool` that launches (set-up: nothing timed)."""
+        errors = []
+        for cfg in pool:
+            try:
+                launch(cfg)
+                return cfg
+            except Exception as exc:  # out of smem or registers: the next one
+                errors.append(exception_line(exc))
+        raise RuntimeError(f"{self.name}: no launch configuration launched for {key} "
+                           f"({errors[0]})")
 
     # -- timing (overridable: tests time on the CPU) -------------------------------------------
     def timing_enabled(self) -> bool:
@@ -262,7 +283,8 @@ class Tuner:
         triton.testing.do_bench, used before, spent 6 launches on its estimate and at least
         one on warm-up before each timing, and timed a launch longer than REP_MS once: on an
         H200 the Tuners' timing was 26.5 of flash.yaml's 55 s cold check pass, and a 6 ms
-        candidate was judged on one sample. The host's launch time is hidden
+        candidate was judged on one sample. A finalist timed again keeps the count and host
+        time of its first pass (one warm-up launch instead of three estimating ones). The host's launch time is hidden
         (harness.execute.timing.spin_cycles) as in the harness's own timing: a form launching
         two kernels must not lose on Python time the case's timing does not count."""
         import torch
@@ -270,8 +292,13 @@ class Tuner:
         from harness.execute.timing import flushed_call_ms, spin_cycles
 
         fn, flush, host = (lambda: launch(cfg)), _l2_flusher(), []
-        n = max(MIN_REPS, min(MAX_REPS, int(REP_MS / flushed_call_ms(fn, flush, 3, host))))
-        sleep = spin_cycles(host)
+        sized = self._sized.get(cfg)
+        if sized is None:
+            n = max(MIN_REPS, min(MAX_REPS, int(REP_MS / flushed_call_ms(fn, flush, 3, host))))
+            sized = self._sized[cfg] = (n, spin_cycles(host))
+        else:  # a finalist timed again: sized by its first pass, one launch to warm it
+            flushed_call_ms(fn, flush, 1)
+        n, sleep = sized
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(n)]
         for a, b in events:
@@ -310,7 +337,8 @@ class Tuner:
             todo = precompile(candidates, launch, initializer=_cuda_thread_initializer(),
                               failed=failed)
             _synchronize()
-        t1 = time.perf_counter()
+        t1, waited = time.perf_counter(), gpu_lock.waited_s()
+        self._sized.clear()
         try:  # timed with the GPU to this process (another of the run may share it: gpu_lock)
             with gpu_lock.exclusive():
                 cfg, first, final = self._time_all(key, todo, launch, failed)
@@ -318,6 +346,7 @@ class Tuner:
             cost = (t1 - t0, time.perf_counter() - t1)
             tuning.add_cost(*cost)
         self.evidence[key] = self._evidence(candidates, first, final, failed, cost)
+        self.evidence[key]["wait_s"] = round(gpu_lock.waited_s() - waited, 3)
         return cfg
 
     def _evidence(self, candidates, first: dict, final: dict, failed: dict, cost) -> dict:
@@ -337,7 +366,7 @@ class Tuner:
                 row["error"] = "not timed"
             rows.append(row)
         return {"candidates": rows, "compile_s": round(cost[0], 3),
-                "timing_s": round(cost[1], 3)}
+                "timing_s": round(cost[1], 3)}  # timing_s includes wait_s: the GPU lock's
 
     def _time_all(self, key, todo, launch, failed: dict):
         """(winner, {candidate: first-pass ms}, {finalist: score ms}); a candidate that fails

@@ -364,6 +364,28 @@ def test_compile_ahead_launches_every_config_once_and_times_none(sim):
     assert len(log) == 0 and tuning.take_new_picks() == {}
 
 
+def test_an_autotuned_call_in_setup_times_nothing_and_a_measured_call_times(sim):
+    """A binder's set-up (harness.tuning.setup: the forward of a measured backward) runs the
+    first config untimed and logged as "setup"; the key is not kept, so the measured call of
+    the same key benchmarks as always."""
+    mod, impl, _ = sim
+    mod.TIMES.update({64: 0.030, 128: 0.012, 256: 0.020})
+    x = torch.randn(300)
+    key = (300, "torch.float32", "torch.float32")
+    with tuning.recording() as log, autotune.steering(impl), tuning.setup():
+        assert torch.equal(impl.fn(x), 2 * x)
+    assert mod.BENCHED == [] and mod.LAUNCHED == [64, 128, 256, 64]
+    assert log.picks == {("at_sim.double", key): ({"BLOCK_SIZE": 64, "num_warps": 4,
+                                                   "num_stages": 3}, "setup")}
+    assert tuning.take_new_picks() == {} and key not in mod.double.cache
+    with tuning.recording() as log, autotune.steering(impl):
+        with tuning.setup():
+            impl.fn(x)
+        impl.fn(x)
+    assert mod.BENCHED == [64, 128, 256] and log.source() == "autotune"
+    assert mod.double.cache[key].kwargs["BLOCK_SIZE"] == 128
+
+
 def test_a_pruner_that_needs_the_arguments_rejects_a_forced_config_at_the_call(sim):
     mod, impl, _ = sim
     kernel = impl.all_tuners()[""]

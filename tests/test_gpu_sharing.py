@@ -99,6 +99,21 @@ def test_nested_exclusive_blocks_take_the_lock_once(tmp_path, monkeypatch):
     assert p.wait(timeout=60) == 0
 
 
+def test_the_time_a_timer_waited_for_the_gpu_is_counted(tmp_path, monkeypatch):
+    """A Tuner's evidence says how much of its timing was waiting for the lock (wait_s)."""
+    from harness.tuning import gpu_lock
+
+    monkeypatch.setenv(gpu_lock.ENV, str(tmp_path / "locks" / "gpu0"))
+    p = _holder(tmp_path, "sh", 1.0)
+    while not (tmp_path / "log").exists():  # the untimed call holds the GPU
+        time.sleep(0.02)
+    before = gpu_lock.waited_s()
+    with gpu_lock.exclusive():
+        pass
+    assert p.wait(timeout=60) == 0
+    assert 0.5 < gpu_lock.waited_s() - before < 30
+
+
 def test_out_of_memory_is_recognised_in_torchs_and_libraries_words():
     class OutOfMemoryError(RuntimeError):
         pass

@@ -344,3 +344,55 @@ def test_a_partly_forced_pick_made_untimed_is_not_kept_for_later_timed_calls():
     with tuning.forcing(part):
         assert t.pick("k", CANDS, lambda c: None) == (128, 128, 8, 2)  # timed: the faster one
     assert t.timed
+
+
+def test_a_pick_made_while_a_call_is_set_up_is_untimed_logged_and_not_kept():
+    """An op's binder runs what the measured call needs (the forward of a measured backward)
+    under tuning.setup(): its Tuners take the first candidate that launches, time nothing,
+    log the pick as source "setup", and a measured call of the same key still times."""
+    t = flash_like(CPUTuner, ms={(128, 128, 8, 2): 0.5})
+    launched = []
+
+    def launch(c):
+        launched.append(c)
+        if c == CANDS[0]:
+            raise RuntimeError("out of shared memory")
+
+    with tuning.setup(), tuning.recording() as log:
+        assert t.pick("k", CANDS, launch) == CANDS[1]  # the first that launched
+        assert t.pick("k", CANDS, launch) == CANDS[1]  # remembered for set-up: no relaunch
+    assert t.timed == [] and launched == [CANDS[0], CANDS[1]]
+    assert log.source() == "setup" and log.configs()["t.flash"]["BLOCK_M"] == 64
+    assert tuning.take_new_picks() == {}  # nothing persisted for later processes
+    with tuning.recording() as log:
+        assert t.pick("k", CANDS, lambda c: None) == (128, 128, 8, 2)  # measured: timed
+    assert t.timed and log.source() == "tuned"
+    t.timed.clear()
+    with tuning.setup():  # a timed pick of the key is used as it is
+        assert t.pick("k", CANDS, lambda c: pytest.fail("no launch")) == (128, 128, 8, 2)
+    assert t.timed == []
+    with tuning.setup(), pytest.raises(RuntimeError, match="no launch configuration launched"):
+        t.pick("other", CANDS, lambda c: (_ for _ in ()).throw(RuntimeError("no")))
+
+
+def test_setup_in_compile_ahead_launches_one_candidate_and_records_nothing():
+    t = flash_like(CPUTuner)
+    launched = []
+    with tuning.setup(), tuning.compile_only(), tuning.recording() as log:
+        assert t.pick("k", CANDS, launched.append) == CANDS[0]
+    assert launched == [CANDS[0]] and len(log) == 0 and t.timed == []
+
+
+def test_an_ops_binder_runs_under_setup_and_its_measured_call_does_not():
+    from harness.registry import Op, Param
+
+    op = Op("setup_probe", params=[Param("n", int)], dtypes=("float32",))
+    seen = []
+
+    @op.binder
+    def bind(fn, inputs, p, out):
+        seen.append(("bind", tuning.in_setup()))
+        return lambda: seen.append(("call", tuning.in_setup()))
+
+    op.bind(lambda: None, (), {"n": 1})()
+    assert seen == [("bind", True), ("call", False)] and not tuning.in_setup()

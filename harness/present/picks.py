@@ -97,6 +97,9 @@ def main(a, console: Console) -> int:
                 console.print(f"  timed by {ev.get('by', 'the autotuner')}: {ev['bench_s']:.1f} s "
                               "(compile included)")
             else:
+                wait = ev.get("wait_s") or 0
                 console.print(f"  compile {ev.get('compile_s', 0):.1f} s, timing "
-                              f"{ev.get('timing_s', 0):.1f} s")
+                              f"{ev.get('timing_s', 0):.1f} s"
+                              + (f" (of which {wait:.1f} s waiting for the GPU)" if wait >= 0.05
+                                 else ""))
     return 0

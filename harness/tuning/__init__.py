@@ -14,7 +14,8 @@ choice without timing again: `stored_pick` answers before a Tuner times anything
 
 config_source of a pick (SOURCES, strongest first; a case's source is the strongest of its
 picks): forced (the YAML fixed it, wholly or in part) | tuned (timed on the GPU) | autotune (a
-`triton.autotune` kernel's choice: harness.tuning.autotune) | single (one candidate) |
+`triton.autotune` kernel's choice: harness.tuning.autotune) | single (one candidate) | setup
+(made while the call was being set up, outside the measured region: `setup()`) |
 interpreter (the CPU interpreter's untimed default).
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Generic, Iterator, TypeVar
 
-SOURCES = ("forced", "tuned", "autotune", "single", "interpreter")
+SOURCES = ("forced", "tuned", "autotune", "single", "setup", "interpreter")
 
 T = TypeVar("T")
 
@@ -52,6 +53,7 @@ class _ProcessVar(Generic[T]):
 
 _FORCED: _ProcessVar[dict | None] = _ProcessVar(None)
 _COMPILE_ONLY: _ProcessVar[bool] = _ProcessVar(False)
+_SETUP: _ProcessVar[bool] = _ProcessVar(False)
 _LOG: _ProcessVar["PickLog | None"] = _ProcessVar(None)
 
 # tuner name -> repr(key) -> {"config": {field: value}, "source": str}
@@ -94,6 +96,26 @@ def compile_only() -> Iterator[None]:
 
 def compiling_only() -> bool:
     return _COMPILE_ONLY.get()
+
+
+# -- set-up outside the measured region --------------------------------------------------------
+
+@contextmanager
+def setup() -> Iterator[None]:
+    """Within the block a call is being set up, not measured (an op's binder running the
+    forward whose backward is timed): a Tuner or autotuner that would time its candidates
+    takes the first that launches instead, keeps it for no later call and records it as
+    source "setup". Its configuration changes nothing the case measures; timing it cost
+    flash_bwd.yaml's cold check pass 17 of its 101 s on an H100."""
+    token = _SETUP.set(True)
+    try:
+        yield
+    finally:
+        _SETUP.reset(token)
+
+
+def in_setup() -> bool:
+    return _SETUP.get()
 
 
 # -- the per-call log of picks -----------------------------------------------------------------

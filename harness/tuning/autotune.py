@@ -22,13 +22,17 @@ recording) changes the Autotuner objects for the duration of the block and puts 
             runs, nothing is benchmarked (the autotuner's do_bench needs a GPU driver);
   compile  (compile-ahead, harness.tuning.compile_only) every config launched once, so it is
             compiled; none timed, nothing kept;
+  set-up    (harness.tuning.setup: an op's binder running what the measured call needs, e.g.
+            the forward of a measured backward) every config launched once and timed as a
+            tie, so the first is used; the key leaves the cache after the call (a measured
+            call of the same key benchmarks) and the pick is logged as source setup;
   GPU       nothing forced: the autotuner benchmarks as always and its own per-config timings
             (`_bench`: the median of do_bench, ms) are kept per key as the pick's evidence
             (harness.tuning.remember -> tuner_picks.json -> `harness picks RUN`); a pick made
             earlier in the run is put in its cache first, so the time and profiler passes run
             the check pass's pick without benchmarking again.
 Every config used is logged (harness.tuning.record) with its source: forced | autotune | single
-| interpreter. The next run does not inherit autotune picks (harness.execute.previous): the
+| setup | interpreter. The next run does not inherit autotune picks (harness.execute.previous): the
 autotuner chooses again, and the since block says when it chose differently.
 
 Triton versions: the Autotuner of triton 3.6 (GPU) and 3.9 (CI) has `configs` (triton.Config
@@ -303,6 +307,8 @@ class _Steer:
         self.seeded: dict[Any, str] = {}  # key -> the source of the pick put in the cache
         self.pruned_ok = not self.fixed  # forced: the kernel's pruner is asked at the first call
         self.compile_only = False  # a compile-ahead call launched the configs untimed
+        self.setup_used: dict[Any, Any] = {}  # key -> Config picked untimed in set-up
+        self._setup_benched = False  # the current call benched untimed (harness.tuning.setup)
 
     def _set(self, attr: str, value) -> None:
         self.saved.setdefault(attr, self.at.__dict__.get(attr, _MISSING))
@@ -354,6 +360,9 @@ class _Steer:
             def bench(*args, config, **meta):
                 if tuning.compiling_only():
                     return self._launch_once(orig_bench, args, config, meta)
+                if tuning.in_setup():  # outside the measured call: launched, timed as a tie
+                    self._setup_benched = True
+                    return self._launch_once(orig_bench, args, config, meta, mark=False)
                 n, t0 = len(self.cache), time.perf_counter()
                 with gpu_lock.exclusive():  # timed alone (another process may share the GPU)
                     res = orig_bench(*args, config=config, **meta)
@@ -366,18 +375,25 @@ class _Steer:
             if not self.pruned_ok:
                 self._check_prune(args, kwargs)
             self.cache.last = None
+            self._setup_benched = False
             out = orig_run(*args, **kwargs)
             cfg = getattr(at, "best_config", None)
-            self.used[self.cache.last] = cfg if cfg is not None else configs[0]
+            cfg = cfg if cfg is not None else configs[0]
+            if self._setup_benched:  # an untimed set-up pick: not kept for a measured call
+                self.setup_used[self.cache.last] = cfg
+                self.cache.pop(self.cache.last, None)
+            else:
+                self.used[self.cache.last] = cfg
             return out
 
         self._set("run", run)
         return self
 
-    def _launch_once(self, orig_bench, args, config, meta):
-        """Compile-ahead: the autotuner's `_bench` with a do_bench that launches the config
-        once (so it compiles) and times nothing; every config ties, the first is kept."""
-        self.compile_only = True
+    def _launch_once(self, orig_bench, args, config, meta, mark: bool = True):
+        """Compile-ahead (and set-up, `mark` False): the autotuner's `_bench` with a do_bench
+        that launches the config once (so it compiles) and times nothing; every config ties,
+        the first is kept."""
+        self.compile_only = self.compile_only or mark
         old = self.at.__dict__.get("do_bench", _MISSING)
         self.at.do_bench = lambda kernel_call, quantiles=None, **_: (kernel_call(), [0.0] * 3)[1]
         try:
@@ -425,6 +441,10 @@ class _Steer:
             else:  # one config (or one left after pruning), or triton's own on-disk cache
                 source = "single" if key is None or len(self.configs) == 1 else "autotune"
             tuning.record(self.k.name, key, self.k.as_dict(cfg), source)
+        for key, cfg in self.setup_used.items():
+            if key not in self.used:
+                tuning.record(self.k.name, key, self.k.as_dict(cfg),
+                              "forced" if self.fixed else "setup")
         for key, rows in groups.items():
             if key not in self.cache:
                 continue

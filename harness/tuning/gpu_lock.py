@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -29,6 +30,13 @@ ENV = "HARNESS_GPU_LOCK"
 
 _fds: dict[str, int] = {}
 _depth = {"exclusive": 0}
+_waited = [0.0]  # seconds this process waited to take the lock exclusively
+
+
+def waited_s() -> float:
+    """Seconds this process has waited for `exclusive` so far (another process's untimed work
+    held the GPU): a Tuner's evidence says how much of its timing was waiting."""
+    return _waited[0]
 
 
 def path() -> str | None:
@@ -56,9 +64,11 @@ def exclusive() -> Iterator[None]:
             _depth["exclusive"] -= 1
         return
     gate, lock = _fd(base + ".gate"), _fd(base + ".gpu")
+    t0 = time.monotonic()
     fcntl.flock(gate, fcntl.LOCK_EX)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        _waited[0] += time.monotonic() - t0
         _depth["exclusive"] += 1
         try:
             yield
