@@ -43,9 +43,9 @@ def warm(app_args: list[str], wait_s: float = 60) -> None:
 
 def warm_plotly(layout: dict) -> None:
     """Build plotly's template and one small figure with the trace and layout properties the
-    pages' charts set: plotly reads the template and imports a module per property group on
-    first use (~150 of them for the Run page's chart), and a figure of pandas data loads
-    narwhals."""
+    pages' plotly charts (Roofline, Stalls, Compare, History, Timeline) set: plotly reads the
+    template and imports a module per property group on first use (~150 of them for a bar
+    chart like the report's speedup chart), and a figure of pandas data loads narwhals."""
     import pandas as pd
     import plotly.graph_objects as go
     import plotly.io as pio

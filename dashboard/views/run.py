@@ -2,7 +2,7 @@
 flags."""
 import streamlit as st
 
-from dashboard import data, tables
+from dashboard import data, figures, tables
 from harness.present import charts
 from harness.analysis.since import change_header
 
@@ -40,7 +40,13 @@ st.subheader("Speedup vs shape")
 if rd.is_cpu:
     st.info("No speedups for a CPU run: interpreter timings say nothing about kernel speed.")
 else:
-    st.plotly_chart(charts.speedup_vs_shape(rd.summary), key="speedup")
+    bars, baseline = charts.speedup_bars(rd.summary)
+    if len(bars):
+        st.vega_lite_chart(bars, figures.speedup_spec(bars, baseline), width="stretch",
+                           key="speedup")
+    else:
+        st.info("No speedups: no correct, timed candidate case has a baseline case of its "
+                "shape.")
 
 st.subheader("Correctness and validity")
 problems = data.problems_table(rd.summary)

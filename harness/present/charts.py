@@ -4,6 +4,7 @@ Each builder takes DataFrames from `harness.analysis.summary.summary_frame` (one
 `params` as dicts) and/or `harness.store.load_metrics` (long format) and returns a Figure:
 
     speedup_vs_shape(summary_df)                 baseline median / case median per shape
+    speedup_bars(summary_df)                     its bars as a frame (the dashboard draws them)
     roofline(summary_df, calibration, intensity) log-log; ceilings measured by `harness calibrate`
     roofline_toggle(summary_df, calibration)     both intensities, switched by buttons
     stall_bars(metrics_df, summary_df)           stall_* cycles per issued instruction, stacked
@@ -67,43 +68,66 @@ def _empty(title: str, message: str) -> go.Figure:
 MAX_LABELLED_BARS = 48
 
 
+SPEEDUP_TITLE = "Speedup vs baseline per shape (baseline median / median; correct cases only)"
+
+
+def speedup_bars(summary_df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """(the bars of `speedup_vs_shape`, the baseline's name): one row per correct, timed
+    candidate case, in the summary's order, with shape (its label), impl, speedup, median_ms,
+    significant (the speedup mark is faster or slower; None without marks), verdict (the mark's
+    text, "" without marks) and color (one per impl of the whole run). Shared by the report's
+    plotly figure and the dashboard's Vega-Lite chart."""
+    cols = ["shape", "impl", "speedup", "median_ms", "significant", "verdict", "color"]
+    df = _ok(summary_df)
+    if not len(df) or "speedup_vs_baseline" not in df:
+        return pd.DataFrame(columns=cols), "baseline"
+    base = df[df.role == "baseline"]
+    base_name = base["impl"].iloc[0] if len(base) else "baseline"
+    c = df[(df.role != "baseline") & df.speedup_vs_baseline.notna()]
+    marks = "speedup_mark" in c.columns
+    colors = _impl_colors(summary_df)
+    bars = pd.DataFrame({
+        "shape": c.apply(shape_label, axis=1) if len(c) else pd.Series(dtype=object),
+        "impl": c["impl"], "speedup": c["speedup_vs_baseline"].astype(float),
+        "median_ms": c["median_ms"].astype(float),
+        "significant": [m in ("faster", "slower") for m in c["speedup_mark"]] if marks
+        else None,
+        "verdict": list(c["speedup_text"]) if "speedup_text" in c else "",
+        "color": c["impl"].map(colors)}, columns=cols)
+    return bars.reset_index(drop=True), base_name
+
+
 def speedup_vs_shape(summary_df: pd.DataFrame) -> go.Figure:
     """Grouped bars: speedup_vs_baseline per shape, one colour per candidate; 1x line. Each bar
     is labelled with its speedup where there are at most MAX_LABELLED_BARS (the hover always
     gives it)."""
-    title = "Speedup vs baseline per shape (baseline median / median; correct cases only)"
     df = _ok(summary_df)
     if not len(df) or "speedup_vs_baseline" not in df:
-        return _empty(title, "no timed correct cases")
-    df = df.assign(shape=df.apply(shape_label, axis=1))
-    colors = _impl_colors(summary_df)
+        return _empty(SPEEDUP_TITLE, "no timed correct cases")
+    bars, base_name = speedup_bars(summary_df)
     fig = go.Figure()
     marks = "speedup_mark" in df.columns
-    bars = df[df.role != "baseline"].speedup_vs_baseline.notna().sum()
-    labelled = bars <= MAX_LABELLED_BARS
-    for impl, g in df[df.role != "baseline"].groupby("impl", sort=False):
-        g = g[g.speedup_vs_baseline.notna()]
-        sig = [m in ("faster", "slower") for m in g["speedup_mark"]] if marks else None
-        verdict = list(g["speedup_text"]) if "speedup_text" in g else [""] * len(g)
+    labelled = len(bars) <= MAX_LABELLED_BARS
+    colors = _impl_colors(summary_df)
+    for impl in dict.fromkeys(df[df.role != "baseline"].impl):  # a trace even if none timed
+        g = bars[bars.impl == impl]
         fig.add_trace(go.Bar(
-            x=g["shape"], y=g["speedup_vs_baseline"], name=impl, marker_color=colors[impl],
-            marker_pattern_shape=["" if s else "/" for s in sig] if sig else None,
-            text=[f"{v:.2f}x" for v in g.speedup_vs_baseline] if labelled else None,
+            x=g["shape"], y=g["speedup"], name=impl, marker_color=colors[impl],
+            marker_pattern_shape=["" if s else "/" for s in g["significant"]]
+            if marks and len(g) else None,
+            text=[f"{v:.2f}x" for v in g.speedup] if labelled else None,
             textposition="outside" if labelled else None, textfont=dict(size=9),
             cliponaxis=False,
-            customdata=np.stack([g["median_ms"].astype(float).map("{:.4f}".format), verdict],
-                                axis=-1),
+            customdata=np.stack([g["median_ms"].map("{:.4f}".format), g["verdict"]], axis=-1),
             hovertemplate=f"<b>{impl}</b> %{{x}}<br>speedup %{{y:.2f}}x<br>"
                           "median %{customdata[0]} ms<br>%{customdata[1]}<extra></extra>"))
     if marks:
         fig.add_annotation(text="hatched: not a significant difference (same or ambiguous)",
                            showarrow=False, xref="paper", yref="paper", x=1, y=1.06,
                            xanchor="right", font=dict(size=10, color="#555"))
-    base = df[df.role == "baseline"]
-    base_name = base["impl"].iloc[0] if len(base) else "baseline"
     fig.add_hline(y=1.0, line_dash="dash", line_color="#555",
                   annotation_text=f"{base_name} (1x)", annotation_position="top left")
-    fig.update_layout(title=title, barmode="group", yaxis_title="speedup (x)",
+    fig.update_layout(title=SPEEDUP_TITLE, barmode="group", yaxis_title="speedup (x)",
                       xaxis_title="shape", **LAYOUT)
     return fig
 

@@ -51,6 +51,14 @@ def _figures(at: AppTest) -> list[dict]:
     return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
 
 
+def _vega(at: AppTest) -> list[tuple[dict, pd.DataFrame]]:
+    """Each Vega-Lite chart's spec and the data Streamlit sends with it."""
+    import pyarrow as pa
+
+    return [(json.loads(el.proto.spec), pa.ipc.open_stream(el.proto.data.data).read_pandas())
+            for el in at.get("vega_lite_chart")]
+
+
 def _texts(elements) -> str:
     return "\n".join(str(e.value) for e in elements)
 
@@ -145,7 +153,7 @@ def test_examples_render_on_every_page(monkeypatch, empty_store, run):
 def test_page_widgets_and_figures(monkeypatch, user_store, example_run, page, charts):
     at = _page(_app(monkeypatch, user_store, run=example_run), page)
     assert not at.error
-    assert len(at.get("plotly_chart")) == charts
+    assert len(at.get("plotly_chart")) + len(at.get("vega_lite_chart")) == charts
     assert len(at.dataframe) >= 1
     assert example_run.name in at.caption[0].value or page == "history"
 
@@ -162,9 +170,15 @@ def test_run_page_summary_speedups_and_flags(monkeypatch, user_store, example_ru
         assert f"{flagged} of" in _texts(at.warning)
     else:
         assert "no validity flags" in _texts(at.success)
-    (fig,) = _figures(at)
-    cases = store.load_cases(example_run)
-    assert {t["name"] for t in fig["data"]} == set(cases[cases.role == "candidate"].impl)
+    ((spec, bars),) = _vega(at)  # speedup vs shape: one bar per correct candidate case
+    df = summary_frame(example_run)
+    cand = df[(df.role == "candidate") & (df.status == "ok") & (df.correct != False)  # noqa: E712
+              & df.speedup_vs_baseline.notna()]
+    assert 0 < len(bars) == len(cand)
+    assert sorted(bars.speedup) == pytest.approx(sorted(cand.speedup_vs_baseline))
+    color = spec["layer"][0]["encoding"]["color"]
+    assert set(color["scale"]["domain"]) == set(bars.impl) == set(cand.impl)
+    assert not at.get("plotly_chart")
 
 
 def test_roofline_ceilings_and_intensity_toggle(monkeypatch, user_store, example_run):
@@ -269,6 +283,7 @@ def test_cpu_run_pages(monkeypatch, cpu_run, example_run):
     at = _app(monkeypatch, cpu_run.parent, run=cpu_run)
     _page(at, "run")
     assert "CPU run" in _texts(at.warning) and not at.get("plotly_chart")
+    assert not at.get("vega_lite_chart") and "No speedups for a CPU run" in _texts(at.info)
     _page(at, "stalls")
     assert "no ncu metrics" in _texts(at.info)
     _page(at, "timeline")

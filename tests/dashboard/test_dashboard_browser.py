@@ -2,8 +2,8 @@
 
 One server per module, started cold (empty user store + the committed examples). The first
 test opens the first page (the runs table) on that cold server, the second the Run page of the
-280-case flash-attention example in a fresh session; each prints how long the page took to be
-drawn (`-s` shows it) and records it in test-artifacts/dashboard-timings.json. The tests
+280-case flash-attention example in a fresh session (drawn: a table and the bars of the Vega-Lite
+speedup chart); each prints how long the page took to be drawn (`-s` shows it) and records it in test-artifacts/dashboard-timings.json. The tests
 assert what is drawn, not how fast. The Roofline test checks that plotly drew the roofline
 (points per impl and the calibrated ceilings) and saves a screenshot under test-artifacts/.
 Without chromium the tests skip locally and fail when $CI is set.
@@ -27,6 +27,7 @@ from dashboard import data
 from dashboard.launch import free_port
 from harness import store
 from harness.analysis.summary import summary_frame
+from harness.present import charts
 
 CHROMIUM = Path(os.environ.get("KERNEL_LAB_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -155,7 +156,8 @@ def test_run_page_of_a_280_case_run_drawn(server, page):
     t0 = time.perf_counter()
     page.goto(f"{server}/run?run={BIG_RUN}", wait_until="domcontentloaded", timeout=60_000)
     page.locator(IDLE).wait_for(timeout=120_000)
-    page.locator(".js-plotly-plot .bars path").first.wait_for(state="visible", timeout=30_000)
+    chart = page.get_by_test_id("stVegaLiteChart")
+    chart.locator(".mark-rect path").first.wait_for(state="visible", timeout=30_000)
     page.locator('[data-testid="stDataFrame"]').first.wait_for(state="visible", timeout=30_000)
     seconds = time.perf_counter() - t0
     print(f"\nRun page of {BIG_RUN} ({len(cases)} cases) drawn in {seconds:.2f} s")
@@ -166,8 +168,16 @@ def test_run_page_of_a_280_case_run_drawn(server, page):
     flagged = len(data.problems_table(summary_frame(data.EXAMPLES_ROOT / BIG_RUN)))
     verdict = f"{flagged} of {len(cases)} cases" if flagged else f"All {len(cases)} cases ran"
     assert verdict in main.get_by_test_id("stAlert").last.inner_text()
-    traces = page.evaluate("() => document.querySelector('.js-plotly-plot').data.map(t => t.name)")
-    assert set(traces) == set(cases[cases.role == "candidate"].impl)
+    # speedup vs shape (Vega-Lite, not plotly: its 4.7 MB of JavaScript was a third of the time)
+    bars, _ = charts.speedup_bars(summary_frame(data.EXAMPLES_ROOT / BIG_RUN))
+    assert chart.locator(".mark-rect path").count() == len(bars) > 0  # a bar per timed case
+    legend = chart.locator(".role-legend-label text").all_text_contents()
+    assert set(legend) == set(cases[cases.role == "candidate"].impl)
+    assert not page.get_by_test_id("stPlotlyChart").count()
+    chart.locator(".mark-rect path").nth(len(bars) // 2).hover()
+    tip = page.locator("#vg-tooltip-element")
+    tip.wait_for(state="visible", timeout=10_000)
+    assert all(k in tip.inner_text() for k in ("impl", "shape", "speedup (x)", "median ms"))
     assert not page.errors, page.errors
 
 
