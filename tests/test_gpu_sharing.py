@@ -170,22 +170,6 @@ def test_a_check_out_of_memory_is_tried_again_alone_only_where_the_gpu_is_shared
     assert rec["status"] == "ok"
 
 
-def test_beside_a_helper_the_check_pass_leaves_the_cases_that_tune_for_last(
-        tmp_path, test_ops, monkeypatch):
-    """While another process of the run loads its cases under the shared lock, a Tuner's
-    timing waits for each of its calls: the check pass does the cases without Tuners first."""
-    run, ids = _run_dir(tmp_path, ["tuned", "zeros"], n=(64,))
-    order = ["tuned.N=64.float32", "torch.N=64.float32", "zeros.N=64.float32"]
-    args = ["--run", str(run), "--passes", "check", "--device", "cpu", "--cases", ",".join(order)]
-    monkeypatch.delenv("HARNESS_GPU_LOCK", raising=False)
-    assert worker_main(args) == 0  # alone on its GPU: the order given
-    assert [r["case_id"] for r in store.read_parts(run, "check")] == order
-    store.clear_parts(run, "check")
-    monkeypatch.setenv("HARNESS_GPU_LOCK", str(tmp_path / "locks" / "gpu0"))
-    assert worker_main(args) == 0
-    assert [r["case_id"] for r in store.read_parts(run, "check")] == order[1:] + order[:1]
-
-
 def test_prewarm_calls_every_case_untimed_then_waits_for_its_turn(tmp_path, test_ops):
     log = tmp_path / "tune.log"
     run, ids = _run_dir(tmp_path, ["warm_tuned"], n=(64,))

@@ -285,7 +285,6 @@ class Worker:
         folder with units.json, {case: class}): a case is done only if its class is this
         worker's or can be claimed for it (compile-ahead's work stealing: sharing.Claims)."""
         from harness import store, tuning
-        from harness.tuning import gpu_lock
 
         self.process = store.repeat_index(tag)
         if prewarm:
@@ -301,11 +300,6 @@ class Worker:
             if only is not None:  # the order the scheduler gave (longest first)
                 rank = {c: i for i, c in enumerate(only)}
                 todo.sort(key=lambda c: rank.get(c[0], 0))
-            if pass_name == "check" and not ahead and gpu_lock.path():
-                # beside another process's untimed work (the time pass's second process
-                # loading its cases): the cases whose first call may time candidates, and so
-                # wait for the GPU, go last, when that process is likelier done
-                todo.sort(key=lambda c: self._tunes(c[1]))
             emit("pass", name=part, total=len(todo))
             for case_id, impl_name, params, dtype in todo:
                 if claim is not None and not claim.take(case_id):
@@ -370,14 +364,6 @@ class Worker:
             tuning.take_new_picks()
             self._release(collect=False)
             emit("done", name="prewarm", case_id=case_id, status=status)
-
-    def _tunes(self, impl_name: str) -> bool:
-        """Whether `impl_name` has Tuners or autotuned kernels (its first call of a shape may
-        time their candidates, with the GPU to itself)."""
-        try:
-            return bool(self.op.get_impl(impl_name).all_tuners())
-        except Exception:  # an impl the registry lacks: its check says so
-            return False
 
     def _backend(self, impl_name: str) -> str | None:
         try:
