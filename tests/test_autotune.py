@@ -355,13 +355,24 @@ def test_forcing_some_fields_times_the_matching_configs_and_all_fields_runs_one(
     assert len(mod.double.configs) == 3 and mod.double.cache.keys() == set()
 
 
-def test_compile_ahead_launches_every_config_once_and_times_none(sim):
+def test_compile_ahead_launches_every_config_once_and_times_none(sim, monkeypatch):
     mod, impl, _ = sim
+    seen = []  # the autotuner's cache_results at each launch (its on-disk autotune cache)
+
+    class Launches(list):
+        def append(self, block):
+            seen.append(mod.double.cache_results)
+            super().append(block)
+
+    monkeypatch.setattr(mod, "LAUNCHED", Launches())  # the configs' pre_hook appends here
+    monkeypatch.setattr(mod.double, "cache_results", True)  # TRITON_CACHE_AUTOTUNING=1
     with tuning.recording() as log, autotune.steering(impl):  # as the worker's warm pass
         with tuning.compile_only():
             impl.fn(torch.randn(300))
     assert mod.BENCHED == [] and mod.LAUNCHED == [64, 128, 256, 64]  # each, then the call
     assert len(log) == 0 and tuning.take_new_picks() == {}
+    # the untimed ties were kept off the disk cache, which is on again afterwards
+    assert seen == [False] * 4 and mod.double.cache_results is True
 
 
 def test_an_autotuned_call_in_setup_times_nothing_and_a_measured_call_times(sim):

@@ -21,7 +21,8 @@ recording) changes the Autotuner objects for the duration of the block and puts 
   CPU       (TRITON_INTERPRET=1) `configs` := the first config (or the first forced one): it
             runs, nothing is benchmarked (the autotuner's do_bench needs a GPU driver);
   compile  (compile-ahead, harness.tuning.compile_only) every config launched once, so it is
-            compiled; none timed, nothing kept;
+            compiled; none timed, nothing kept (not in Triton's on-disk autotune cache of
+            `cache_results` either: the call runs with it off);
   set-up    (harness.tuning.setup: an op's binder running what the measured call needs, e.g.
             the forward of a measured backward) every config launched once and timed as a
             tie, so the first is used; the key leaves the cache after the call (a measured
@@ -376,7 +377,18 @@ class _Steer:
                 self._check_prune(args, kwargs)
             self.cache.last = None
             self._setup_benched = False
-            out = orig_run(*args, **kwargs)
+            # launched untimed (compile-ahead, set-up): the ties must not reach the on-disk
+            # autotune cache of `cache_results` (TRITON_CACHE_AUTOTUNING), where a later
+            # process would read the first config as timed
+            untimed = tuning.compiling_only() or tuning.in_setup()
+            disk = at.__dict__.get("cache_results", _MISSING) if untimed else _MISSING
+            if disk is not _MISSING:
+                at.cache_results = False
+            try:
+                out = orig_run(*args, **kwargs)
+            finally:
+                if disk is not _MISSING:
+                    at.cache_results = disk
             cfg = getattr(at, "best_config", None)
             cfg = cfg if cfg is not None else configs[0]
             if self._setup_benched:  # an untimed set-up pick: not kept for a measured call
