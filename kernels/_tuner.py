@@ -19,7 +19,8 @@ one field. Valid values of a field: those in `configs` (the static candidate lis
      the run (harness.tuning.stored_pick);
   3. the only candidate, or in the CPU interpreter the first one (untimed);
   3b. while a call is set up outside the measured region (harness.tuning.setup: the forward
-     of a measured backward), the first candidate that launches, untimed and not kept;
+     of a measured backward), the first candidate that launches (of those matching a partly
+     forced config in 1.), untimed, kept for set-up calls only and not logged;
   4. in a compile-ahead worker (harness.tuning.compile_only): every candidate compiled, the
      first that launched returned, nothing timed or kept;
   5. on the GPU: the candidates compiled concurrently (`precompile`), the clocks brought up
@@ -190,7 +191,7 @@ class Tuner:
             source = "forced"
         else:
             cfg, source = self._best(key, candidates, launch, timed)
-        if source is None:  # compile-ahead: nothing was picked, nothing to record
+        if source is None or tuning.in_setup():  # compile-ahead, set-up: nothing to record
             return cfg
         if tuning.recording_active():  # every call of a timed loop passes here: keep it cheap
             d = self._dicts.get(cfg)
@@ -242,7 +243,7 @@ class Tuner:
             cfg = self._setup_picks.get(key)
             if cfg is None:
                 cfg = self._setup_picks[key] = self._first_launching(key, pool, launch)
-            return cfg, None if tuning.compiling_only() else "setup"
+            return cfg, None
         if tuning.compiling_only():  # compile-ahead: every candidate compiled, none timed or kept
             launched = precompile(pool, launch, initializer=_cuda_thread_initializer()) \
                 if self.precompile_enabled() else []
@@ -257,16 +258,20 @@ class Tuner:
         return cfg, source
 
     def _first_launching(self, key, pool: list, launch: Callable[[Any], None]):
-        """The first of `pool` that launches (set-up: nothing timed)."""
-        errors = []
+        """The first of `pool` that launches (set-up: nothing timed). When none does, the first
+        candidate's own exception is raised (its type kept: an out-of-memory error is retried
+        by the worker as such)."""
+        first = None
         for cfg in pool:
             try:
                 launch(cfg)
                 return cfg
             except Exception as exc:  # out of smem or registers: the next one
-                errors.append(exception_line(exc))
-        raise RuntimeError(f"{self.name}: no launch configuration launched for {key} "
-                           f"({errors[0]})")
+                first = first or exc
+        if hasattr(first, "add_note"):
+            first.add_note(f"{self.name}: none of {len(pool)} launch configurations launched "
+                           f"for {key}")
+        raise first
 
     # -- timing (overridable: tests time on the CPU) -------------------------------------------
     def timing_enabled(self) -> bool:
@@ -284,7 +289,8 @@ class Tuner:
         one on warm-up before each timing, and timed a launch longer than REP_MS once: on an
         H200 the Tuners' timing was 26.5 of flash.yaml's 55 s cold check pass, and a 6 ms
         candidate was judged on one sample. A finalist timed again keeps the count and host
-        time of its first pass (one warm-up launch instead of three estimating ones). The host's launch time is hidden
+        time of its first pass (one warm-up launch instead of three estimating ones).
+        The host's launch time is hidden
         (harness.execute.timing.spin_cycles) as in the harness's own timing: a form launching
         two kernels must not lose on Python time the case's timing does not count."""
         import torch

@@ -105,7 +105,9 @@ def test_the_time_a_timer_waited_for_the_gpu_is_counted(tmp_path, monkeypatch):
 
     monkeypatch.setenv(gpu_lock.ENV, str(tmp_path / "locks" / "gpu0"))
     p = _holder(tmp_path, "sh", 1.0)
+    deadline = time.monotonic() + 60
     while not (tmp_path / "log").exists():  # the untimed call holds the GPU
+        assert time.monotonic() < deadline and p.poll() is None
         time.sleep(0.02)
     before = gpu_lock.waited_s()
     with gpu_lock.exclusive():

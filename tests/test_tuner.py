@@ -346,10 +346,11 @@ def test_a_partly_forced_pick_made_untimed_is_not_kept_for_later_timed_calls():
     assert t.timed
 
 
-def test_a_pick_made_while_a_call_is_set_up_is_untimed_logged_and_not_kept():
+def test_a_pick_made_while_a_call_is_set_up_is_untimed_unlogged_and_not_kept():
     """An op's binder runs what the measured call needs (the forward of a measured backward)
     under tuning.setup(): its Tuners take the first candidate that launches, time nothing,
-    log the pick as source "setup", and a measured call of the same key still times."""
+    log nothing (the case's config is its measured call's), and a measured call of the same
+    key still times."""
     t = flash_like(CPUTuner, ms={(128, 128, 8, 2): 0.5})
     launched = []
 
@@ -362,7 +363,7 @@ def test_a_pick_made_while_a_call_is_set_up_is_untimed_logged_and_not_kept():
         assert t.pick("k", CANDS, launch) == CANDS[1]  # the first that launched
         assert t.pick("k", CANDS, launch) == CANDS[1]  # remembered for set-up: no relaunch
     assert t.timed == [] and launched == [CANDS[0], CANDS[1]]
-    assert log.source() == "setup" and log.configs()["t.flash"]["BLOCK_M"] == 64
+    assert len(log) == 0 and log.source() is None
     assert tuning.take_new_picks() == {}  # nothing persisted for later processes
     with tuning.recording() as log:
         assert t.pick("k", CANDS, lambda c: None) == (128, 128, 8, 2)  # measured: timed
@@ -371,8 +372,16 @@ def test_a_pick_made_while_a_call_is_set_up_is_untimed_logged_and_not_kept():
     with tuning.setup():  # a timed pick of the key is used as it is
         assert t.pick("k", CANDS, lambda c: pytest.fail("no launch")) == (128, 128, 8, 2)
     assert t.timed == []
-    with tuning.setup(), pytest.raises(RuntimeError, match="no launch configuration launched"):
-        t.pick("other", CANDS, lambda c: (_ for _ in ()).throw(RuntimeError("no")))
+    fails = iter([MemoryError("CUDA out of memory"), RuntimeError("no"), RuntimeError("no")])
+    with tuning.setup(), pytest.raises(MemoryError, match="out of memory") as err:
+        t.pick("other", CANDS, lambda c: (_ for _ in ()).throw(next(fails)))
+    assert "none of 3 launch configurations" in "".join(getattr(err.value, "__notes__", []))
+    part = {"t.flash": {"BLOCK_M": 128}}  # partly forced: the first match, untimed, unlogged
+    with tuning.forcing(part), tuning.setup(), tuning.recording() as log:
+        assert t.pick("k2", CANDS, lambda c: None) == (128, 64, 8, 3)
+    assert t.timed == [] and len(log) == 0
+    with tuning.forcing(part):
+        assert t.pick("k2", CANDS, lambda c: None) == (128, 128, 8, 2)  # measured: timed
 
 
 def test_setup_in_compile_ahead_launches_one_candidate_and_records_nothing():
@@ -396,3 +405,41 @@ def test_an_ops_binder_runs_under_setup_and_its_measured_call_does_not():
 
     op.bind(lambda: None, (), {"n": 1})()
     assert seen == [("bind", True), ("call", False)] and not tuning.in_setup()
+
+    @op.binder
+    def broken(fn, inputs, p, out):
+        raise ValueError("bad inputs")
+
+    with pytest.raises(ValueError):
+        op.bind(lambda: None, (), {"n": 1})
+    assert not tuning.in_setup()  # a binder that raised leaves no set-up behind
+
+
+def test_a_timed_pick_keeps_how_long_it_waited_for_the_gpu(tmp_path, monkeypatch):
+    """evidence wait_s: the seconds the Tuner's timing waited for the GPU lock while another
+    process of the run held it (harness picks prints them)."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from harness.tuning import gpu_lock
+
+    lock = str(tmp_path / "locks" / "gpu0")
+    monkeypatch.setenv(gpu_lock.ENV, lock)
+    held = tmp_path / "held"
+    code = ("import sys, time; from pathlib import Path; from harness.tuning import gpu_lock\n"
+            "with gpu_lock.shared():\n    Path(sys.argv[1]).touch(); time.sleep(1.0)\n")
+    root = Path(__file__).resolve().parent.parent
+    p = subprocess.Popen([sys.executable, "-c", code, str(held)],
+                         env={**os.environ, "PYTHONPATH": str(root)})
+    deadline = time.monotonic() + 60
+    while not held.exists():
+        assert time.monotonic() < deadline and p.poll() is None
+        time.sleep(0.02)
+    t = flash_like(CPUTuner)
+    t.pick("k", CANDS, lambda c: None)
+    assert p.wait(timeout=60) == 0
+    ev = t.evidence["k"]
+    assert 0.5 < ev["wait_s"] <= ev["timing_s"]

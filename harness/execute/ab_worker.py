@@ -178,9 +178,10 @@ class AbWorker:
             outs["base"] = outs["head"]  # one buffer: where it lies in memory favours neither
         for role, w in self.sides.items():
             impl, out = impls[role], outs[role]
-            fn = w.op.bind_impl(impl, inputs[role], params, out)
-            forced = impl.split_config(w.forced.get(case_id) or {})
-            fns[role] = _scoped(fn, self._scope(role, impl), forced)
+            forced, scope = impl.split_config(w.forced.get(case_id) or {}), self._scope(role, impl)
+            with tuning.scope(scope), tuning.forcing(forced):  # a binder's set-up: its version's
+                fn = w.op.bind_impl(impl, inputs[role], params, out)
+            fns[role] = _scoped(fn, scope, forced)
             nbytes[role] = sum(x.numel() * x.element_size() for x in (*inputs[role], out)
                                if isinstance(x, torch.Tensor))
         t = self.head.exp.timing

@@ -42,7 +42,7 @@ TABLES = ("cases", "results", "samples", "metrics", "source_lines", "ab")
 CASE_COLUMNS = ["case_id", "op", "impl", "role", "params", "dtype", "status", "error",
                 "base_impl", "forced_config"]
 # provenance: config = JSON {tuner: {field: value}} of the launch configs used; config_source =
-# forced | tuned | autotune | single | setup | interpreter (harness.tuning); code_hash = 12 hex of the
+# forced | tuned | autotune | single | interpreter (harness.tuning); code_hash = 12 hex of the
 # impl's module + reachable triton.jit sources; compiled = JSON list per Triton kernel launched
 # (GPU only: kernel, registers, spills, shared_bytes, num_warps, num_stages, constexprs)
 RESULT_COLUMNS = [

@@ -14,16 +14,16 @@ choice without timing again: `stored_pick` answers before a Tuner times anything
 
 config_source of a pick (SOURCES, strongest first; a case's source is the strongest of its
 picks): forced (the YAML fixed it, wholly or in part) | tuned (timed on the GPU) | autotune (a
-`triton.autotune` kernel's choice: harness.tuning.autotune) | single (one candidate) | setup
-(made while the call was being set up, outside the measured region: `setup()`) |
-interpreter (the CPU interpreter's untimed default).
+`triton.autotune` kernel's choice: harness.tuning.autotune) | single (one candidate) |
+interpreter (the CPU interpreter's untimed default). A pick made while the call is set up,
+outside the measured region (`setup()`), is not the case's: it is not logged.
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
 from typing import Any, Generic, Iterator, TypeVar
 
-SOURCES = ("forced", "tuned", "autotune", "single", "setup", "interpreter")
+SOURCES = ("forced", "tuned", "autotune", "single", "interpreter")
 
 T = TypeVar("T")
 
@@ -84,8 +84,9 @@ def forced(tuner: str) -> dict[str, Any] | None:
 
 @contextmanager
 def compile_only() -> Iterator[None]:
-    """Within the block a Tuner that would time its candidates compiles them all instead and
-    answers the first that launched, remembering nothing: the harness's compile-ahead workers
+    """Within the block a Tuner that would time its candidates compiles them all instead (in
+    set-up, `setup()`, only the first that launches) and answers the first that launched,
+    remembering nothing: the harness's compile-ahead workers
     fill the on-disk kernel caches this way, and the check pass's Tuner then times warm."""
     token = _COMPILE_ONLY.set(True)
     try:
@@ -104,9 +105,10 @@ def compiling_only() -> bool:
 def setup() -> Iterator[None]:
     """Within the block a call is being set up, not measured (an op's binder running the
     forward whose backward is timed): a Tuner or autotuner that would time its candidates
-    takes the first that launches instead, keeps it for no later call and records it as
-    source "setup". Its configuration changes nothing the case measures; timing it cost
-    flash_bwd.yaml's cold check pass 17 of its 101 s on an H100."""
+    (or, partly forced, the matching ones) takes the first that launches instead, keeps it
+    for later set-up calls only, never for a measured call, and logs nothing: the case's
+    config is that of its measured call. The set-up's configuration changes nothing the case
+    measures; timing it cost flash_bwd.yaml's cold check pass 17 of its 101 s on an H100."""
     token = _SETUP.set(True)
     try:
         yield
@@ -205,7 +207,8 @@ def remember(tuner: str, key: Any, config: dict, source: str,
              evidence: dict | None = None) -> None:
     """A Tuner timed a new pick: keep it for `stored_pick` and for `take_new_picks`.
     `evidence` ({"candidates": [{"config", "ms", "final_ms" | "error"}], "compile_s",
-    "timing_s"}) is what the pick rests on: every candidate's timing, or why it was skipped."""
+    "timing_s", "wait_s"}) is what the pick rests on: every candidate's timing, or why it
+    was skipped."""
     rec = {"config": dict(config), "source": source}
     if evidence:
         rec["evidence"] = evidence

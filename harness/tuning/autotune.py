@@ -24,16 +24,16 @@ recording) changes the Autotuner objects for the duration of the block and puts 
             compiled; none timed, nothing kept (not in Triton's on-disk autotune cache of
             `cache_results` either: the call runs with it off);
   set-up    (harness.tuning.setup: an op's binder running what the measured call needs, e.g.
-            the forward of a measured backward) every config launched once and timed as a
-            tie, so the first is used; the key leaves the cache after the call (a measured
-            call of the same key benchmarks) and the pick is logged as source setup;
+            the forward of a measured backward) the first config that launches is used, the
+            others neither launched nor timed; the key leaves the cache after the call (a
+            measured call of the same key benchmarks) and nothing is logged;
   GPU       nothing forced: the autotuner benchmarks as always and its own per-config timings
             (`_bench`: the median of do_bench, ms) are kept per key as the pick's evidence
             (harness.tuning.remember -> tuner_picks.json -> `harness picks RUN`); a pick made
             earlier in the run is put in its cache first, so the time and profiler passes run
             the check pass's pick without benchmarking again.
 Every config used is logged (harness.tuning.record) with its source: forced | autotune | single
-| setup | interpreter. The next run does not inherit autotune picks (harness.execute.previous): the
+| interpreter. The next run does not inherit autotune picks (harness.execute.previous): the
 autotuner chooses again, and the since block says when it chose differently.
 
 Triton versions: the Autotuner of triton 3.6 (GPU) and 3.9 (CI) has `configs` (triton.Config
@@ -308,8 +308,8 @@ class _Steer:
         self.seeded: dict[Any, str] = {}  # key -> the source of the pick put in the cache
         self.pruned_ok = not self.fixed  # forced: the kernel's pruner is asked at the first call
         self.compile_only = False  # a compile-ahead call launched the configs untimed
-        self.setup_used: dict[Any, Any] = {}  # key -> Config picked untimed in set-up
         self._setup_benched = False  # the current call benched untimed (harness.tuning.setup)
+        self._setup_launched = False  # and one of its configs launched
 
     def _set(self, attr: str, value) -> None:
         self.saved.setdefault(attr, self.at.__dict__.get(attr, _MISSING))
@@ -361,9 +361,13 @@ class _Steer:
             def bench(*args, config, **meta):
                 if tuning.compiling_only():
                     return self._launch_once(orig_bench, args, config, meta)
-                if tuning.in_setup():  # outside the measured call: launched, timed as a tie
+                if tuning.in_setup():  # outside the measured call: the first that launches
                     self._setup_benched = True
-                    return self._launch_once(orig_bench, args, config, meta, mark=False)
+                    if self._setup_launched:  # the others are neither launched nor timed
+                        return [float("inf")] * 3
+                    res = self._launch_once(orig_bench, args, config, meta, mark=False)
+                    self._setup_launched = all(math.isfinite(x) for x in res)
+                    return res
                 n, t0 = len(self.cache), time.perf_counter()
                 with gpu_lock.exclusive():  # timed alone (another process may share the GPU)
                     res = orig_bench(*args, config=config, **meta)
@@ -376,7 +380,7 @@ class _Steer:
             if not self.pruned_ok:
                 self._check_prune(args, kwargs)
             self.cache.last = None
-            self._setup_benched = False
+            self._setup_benched = self._setup_launched = False
             # launched untimed (compile-ahead, set-up): the ties must not reach the on-disk
             # autotune cache of `cache_results` (TRITON_CACHE_AUTOTUNING), where a later
             # process would read the first config as timed
@@ -389,13 +393,11 @@ class _Steer:
             finally:
                 if disk is not _MISSING:
                     at.cache_results = disk
-            cfg = getattr(at, "best_config", None)
-            cfg = cfg if cfg is not None else configs[0]
-            if self._setup_benched:  # an untimed set-up pick: not kept for a measured call
-                self.setup_used[self.cache.last] = cfg
-                self.cache.pop(self.cache.last, None)
-            else:
-                self.used[self.cache.last] = cfg
+                if self._setup_benched:  # an untimed set-up pick: never kept for a measured
+                    self.cache.pop(self.cache.last, None)  # call, even if this one raised
+            if not self._setup_benched:
+                cfg = getattr(at, "best_config", None)
+                self.used[self.cache.last] = cfg if cfg is not None else configs[0]
             return out
 
         self._set("run", run)
@@ -453,10 +455,6 @@ class _Steer:
             else:  # one config (or one left after pruning), or triton's own on-disk cache
                 source = "single" if key is None or len(self.configs) == 1 else "autotune"
             tuning.record(self.k.name, key, self.k.as_dict(cfg), source)
-        for key, cfg in self.setup_used.items():
-            if key not in self.used:
-                tuning.record(self.k.name, key, self.k.as_dict(cfg),
-                              "forced" if self.fixed else "setup")
         for key, rows in groups.items():
             if key not in self.cache:
                 continue
