@@ -403,6 +403,9 @@ def test_an_autotuned_call_in_setup_times_nothing_and_a_measured_call_times(sim,
         impl.fn(x)
     assert mod.BENCHED == [64, 128, 256] and log.source() == "autotune"
     assert mod.double.cache[key].kwargs["BLOCK_SIZE"] == 128
+    with tuning.recording() as log, autotune.steering(impl), tuning.setup():
+        impl.fn(x)  # set-up meeting a timed pick: runs it, still logs nothing
+    assert len(log) == 0 and mod.BENCHED == [64, 128, 256]
 
 
 def test_a_pruner_that_needs_the_arguments_rejects_a_forced_config_at_the_call(sim):

@@ -395,7 +395,7 @@ class _Steer:
                     at.cache_results = disk
                 if self._setup_benched:  # an untimed set-up pick: never kept for a measured
                     self.cache.pop(self.cache.last, None)  # call, even if this one raised
-            if not self._setup_benched:
+            if not (self._setup_benched or tuning.in_setup()):  # the measured call's only
                 cfg = getattr(at, "best_config", None)
                 self.used[self.cache.last] = cfg if cfg is not None else configs[0]
             return out
