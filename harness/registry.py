@@ -103,7 +103,7 @@ class Impl:
         `triton.autotune` kernels reachable from `fn` (harness.tuning.autotune; found on first use,
         once the kernels' modules are imported)."""
         if self._autotuned is None:
-            from harness.tuning.autotune import autotuned_kernels
+            from harness.tuning.autotuned import autotuned_kernels
 
             self._autotuned = autotuned_kernels(self.fn, taken=self.tuners,
                                                 module_wide=self.backend in ("triton", "library"))

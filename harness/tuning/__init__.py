@@ -50,6 +50,15 @@ class _ProcessVar(Generic[T]):
     def reset(self, token: T) -> None:
         self._value = token
 
+    @contextmanager
+    def holding(self, value: T) -> Iterator[T]:
+        """`value` for the block, the earlier one again after it."""
+        token = self.set(value)
+        try:
+            yield value
+        finally:
+            self.reset(token)
+
 
 _FORCED: _ProcessVar[dict | None] = _ProcessVar(None)
 _COMPILE_ONLY: _ProcessVar[bool] = _ProcessVar(False)
@@ -67,11 +76,8 @@ _NEW: dict[str, dict[str, dict]] = {}
 def forcing(configs: dict[str, dict[str, Any]] | None) -> Iterator[None]:
     """Within the block, `Tuner.pick` of tuner `name` returns a config with the fields of
     `configs[name]` (all of them: that config; some: the best candidate matching them)."""
-    token = _FORCED.set({k: dict(v) for k, v in (configs or {}).items() if v} or None)
-    try:
+    with _FORCED.holding({k: dict(v) for k, v in (configs or {}).items() if v} or None):
         yield
-    finally:
-        _FORCED.reset(token)
 
 
 def forced(tuner: str) -> dict[str, Any] | None:
@@ -86,13 +92,10 @@ def forced(tuner: str) -> dict[str, Any] | None:
 def compile_only() -> Iterator[None]:
     """Within the block a Tuner that would time its candidates compiles them all instead (in
     set-up, `setup()`, only the first that launches) and answers the first that launched,
-    remembering nothing: the harness's compile-ahead workers
-    fill the on-disk kernel caches this way, and the check pass's Tuner then times warm."""
-    token = _COMPILE_ONLY.set(True)
-    try:
+    remembering nothing: the harness's compile-ahead workers fill the on-disk kernel caches
+    this way, and the check pass's Tuner then times warm."""
+    with _COMPILE_ONLY.holding(True):
         yield
-    finally:
-        _COMPILE_ONLY.reset(token)
 
 
 def compiling_only() -> bool:
@@ -109,11 +112,8 @@ def setup() -> Iterator[None]:
     for later set-up calls only, never for a measured call, and logs nothing: the case's
     config is that of its measured call. The set-up's configuration changes nothing the case
     measures; timing it cost flash_bwd.yaml's cold check pass 17 of its 101 s on an H100."""
-    token = _SETUP.set(True)
-    try:
+    with _SETUP.holding(True):
         yield
-    finally:
-        _SETUP.reset(token)
 
 
 def in_setup() -> bool:
@@ -156,12 +156,8 @@ class PickLog:
 
 @contextmanager
 def recording() -> Iterator[PickLog]:
-    log = PickLog()
-    token = _LOG.set(log)
-    try:
+    with _LOG.holding(PickLog()) as log:
         yield log
-    finally:
-        _LOG.reset(token)
 
 
 def add_cost(compile_s: float, timing_s: float) -> None:
