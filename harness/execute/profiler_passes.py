@@ -18,8 +18,8 @@ from harness.machine import env as envmod
 from harness import store
 from harness.experiment import spec
 from harness.execute import sharing
-from harness.execute.executors.process import (Interrupted, describe_rc, run_threads, stream,
-                                               worker_argv, worker_env)
+from harness.execute.executors.process import (Interrupted, describe_rc, join, run_threads,
+                                               stream, worker_argv, worker_env)
 from harness.execute.executors.schedule import (PROFILE_CASE_S, PROFILE_PROCESS_S, PROFILE_SETUP_S,
                                         shard_by_impl, shard_profilers)
 from harness.execute.previous import previous_profile_s
@@ -118,8 +118,7 @@ class ProfilerPasses:
             for t in threads:
                 t.start()
             for k, (p, t) in enumerate(zip(passes, threads)):
-                while t.is_alive():
-                    t.join(0.2)
+                join(t)
                 if k + 1 < len(passes):  # the next pass's turn: its span starts now
                     nxt = passes[k + 1]
                     sharing.give_turn(turns[k + 1], nxt.shards[0][1])

@@ -22,7 +22,7 @@ from harness import store
 from harness.experiment import spec
 from harness.errors import HarnessError
 from harness.execute.executors import Executor, from_manifest, make_executor
-from harness.execute.executors.process import Interrupted, kernel_caches, todo
+from harness.execute.executors.process import Interrupted, join, kernel_caches, todo
 from harness.execute.executors.schedule import case_costs, case_timeout_s, longest_first
 from harness.execute.previous import previous_medians
 from harness.execute.profiler_passes import ProfilerPasses
@@ -235,8 +235,7 @@ class _CheckBeside:
         self.thread.start()
 
     def join(self) -> dict | None:
-        while self.thread is not None and self.thread.is_alive():
-            self.thread.join(0.2)
+        join(self.thread)
         return self.result
 
     def stop(self) -> None:

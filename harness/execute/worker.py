@@ -341,7 +341,7 @@ class Worker:
 
         cases = {c[0]: c for c in self.cases}
         order = [c for c in (only if only is not None else list(cases)) if c in cases]
-        backend = {c: self._backend(cases[c][1]) for c in order}
+        backend = {c: impl_backend(self.op, cases[c][1]) for c in order}
         order = sorted((c for c in order if backend[c] in PREWARM_BACKENDS),
                        key=lambda c: PREWARM_BACKENDS.index(backend[c]))
         for case_id in order:
@@ -364,12 +364,6 @@ class Worker:
             tuning.take_new_picks()
             self._release(collect=False)
             emit("done", name="prewarm", case_id=case_id, status=status)
-
-    def _backend(self, impl_name: str) -> str | None:
-        try:
-            return self.op.get_impl(impl_name).backend
-        except Exception:  # an impl the registry lacks: its time pass says so
-            return None
 
     def _release(self, collect: bool = True) -> None:
         """Hand the memory of the last case back to the GPU (another process shares it):
@@ -490,6 +484,15 @@ def _registered_impl(row) -> str:
     """The registered impl a case runs (cases of older runs have no base_impl column)."""
     base = getattr(row, "base_impl", None)
     return base if isinstance(base, str) and base else row.impl
+
+
+def impl_backend(op, impl_name: str | None) -> str | None:
+    """The registered backend of `impl_name`; None for an impl the registry no longer has (the
+    case's own pass says so)."""
+    try:
+        return op.get_impl(impl_name).backend if impl_name else None
+    except Exception:
+        return None
 
 
 def _forced_config(row) -> dict:

@@ -174,6 +174,12 @@ def describe_rc(rc: int) -> str:
     return str(rc)
 
 
+def join(thread: threading.Thread | None) -> None:
+    """Wait for `thread` in short joins, so that Ctrl-C still reaches the waiting thread."""
+    while thread is not None and thread.is_alive():
+        thread.join(0.2)
+
+
 def run_threads(threads: list[threading.Thread], stop: threading.Event) -> None:
     """Start `threads` and wait for them all; Ctrl-C sets `stop` (their workers' watchdogs
     kill the process groups), waits for them to wind down and raises Interrupted."""
@@ -181,8 +187,7 @@ def run_threads(threads: list[threading.Thread], stop: threading.Event) -> None:
         t.start()
     try:
         for t in threads:
-            while t.is_alive():
-                t.join(0.2)
+            join(t)
     except KeyboardInterrupt:
         stop.set()
         for t in threads:
@@ -261,7 +266,6 @@ def run_shard(run_dir: Path, case_ids: list[str], *, device: str, limits: dict[s
     shard go to parts/<part>.<shard>.jsonl (parts/<part>.jsonl without a shard). Setting
     `stop` (Ctrl-C seen by another thread) kills the worker and raises Interrupted.
     """
-    from harness.execute import sharing
     from harness.tuning import gpu_lock
 
     env = {**(env or worker_env(device, gpu)), gpu_lock.ENV: sharing.lock_path(run_dir, gpu)}
@@ -331,8 +335,7 @@ class Helper:
     def go(self, case_ids: list[str]) -> None:
         """Its turn: the cases it times; wait for it to end."""
         sharing.give_turn(self.go_file, case_ids)
-        while self.thread.is_alive():
-            self.thread.join(0.2)
+        join(self.thread)
 
     def cancel(self) -> None:
         self.cancelled.set()

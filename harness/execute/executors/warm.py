@@ -121,19 +121,10 @@ def check_beside(run_dir: Path, case_ids: list[str], *, device: str,
 def check_beside_cases(run_dir: Path, op, check_ids: list[str]) -> list[str]:
     """The check-pass cases of implementations that compile nothing (not WARM_BACKENDS), in
     check order: checked beside compile-ahead (check_beside)."""
-    from harness.execute.worker import WARM_BACKENDS, _registered_impl
+    from harness.execute.worker import WARM_BACKENDS, _registered_impl, impl_backend
 
     base = {r.case_id: _registered_impl(r) for r in store.load_cases(run_dir).itertuples()}
-    return [c for c in check_ids if _backend(op, base.get(c)) not in WARM_BACKENDS]
-
-
-def _backend(op, impl: str | None) -> str | None:
-    """The registered backend of `impl` (None for an impl the registry no longer has: the
-    check pass says so)."""
-    try:
-        return op.get_impl(impl).backend if impl else None
-    except Exception:
-        return None
+    return [c for c in check_ids if impl_backend(op, base.get(c)) not in WARM_BACKENDS]
 
 
 def compile_units(run_dir: Path, op, case_ids: list[str]) -> dict[str, tuple[object, str | None]]:
@@ -142,7 +133,7 @@ def compile_units(run_dir: Path, op, case_ids: list[str]) -> dict[str, tuple[obj
     that run the same compiled kernels; the backend is its implementation's."""
     import json
 
-    from harness.execute.worker import _registered_impl
+    from harness.execute.worker import _registered_impl, impl_backend
 
     size = {p.name for p in op.params if p.size}
     keep = set(case_ids)
@@ -155,7 +146,7 @@ def compile_units(run_dir: Path, op, case_ids: list[str]) -> dict[str, tuple[obj
                tuple(sorted((k, json.dumps(v)) for k, v in json.loads(r.params).items()
                             if k not in size)),
                r.dtype)
-        out[r.case_id] = (key, _backend(op, _registered_impl(r)))
+        out[r.case_id] = (key, impl_backend(op, _registered_impl(r)))
     return out
 
 
@@ -166,9 +157,9 @@ def warm_cases(run_dir: Path, op, check_ids: list[str],
     of the same code (harness.execute.previous.compiled_before; not when the cases run on other
     hosts, `this_host` False); and how many of those were left out."""
     from harness.execute.previous import compiled_before
-    from harness.execute.worker import WARM_BACKENDS, _registered_impl
+    from harness.execute.worker import WARM_BACKENDS, _registered_impl, impl_backend
 
     base = {r.case_id: _registered_impl(r) for r in store.load_cases(run_dir).itertuples()}
-    ids = [c for c in check_ids if _backend(op, base.get(c)) in WARM_BACKENDS]
+    ids = [c for c in check_ids if impl_backend(op, base.get(c)) in WARM_BACKENDS]
     cached = compiled_before(run_dir, {c: base[c] for c in ids}, op) if this_host else set()
     return [c for c in ids if c not in cached], len(cached)
