@@ -53,27 +53,17 @@ def compile_ahead(run_dir: Path, case_ids: list[str], *, device: str,
     sharing.Claims.write(claims, {c: unit_of.get(c, ("case", c)) for c in ids})
     frac = MEMORY_SHARE / workers_per_gpu(len(shards), n_gpus)
     t0 = time.monotonic()
-    lock = threading.Lock()
-    stop = stop or threading.Event()
+    lane = _Lanes(run_dir, limits, on_event, stop)
 
     def one(i: int, shard_ids: list[str]) -> None:
         gpu = gpus[i % len(gpus)] if gpus else None
-        watch = CaseWatch(limits, stop)
-
-        def on_ev(ev):
-            watch.see(ev)
-            with lock:
-                on_event({**ev, "gpu": gpu})
-
         env = {**worker_env(device, gpu), "HARNESS_WARM_MEMORY_FRACTION": f"{frac:.3f}"}
-        argv = worker_argv(run_dir, "warm", device, shard_ids, shard=f"warm{i}") + [
-            "--claims", str(claims)]
-        stream(argv, env, store.raw_dir(run_dir, "logs") / f"warm{i}.log", on_ev,
-               watchdog=watch.expired)  # whatever the exit: best effort, the check pass decides
+        lane(f"warm{i}", gpu, env, worker_argv(run_dir, "warm", device, shard_ids,
+                                               shard=f"warm{i}") + ["--claims", str(claims)])
 
     try:
         run_threads([threading.Thread(target=one, args=(i, s), name=f"warm{i}", daemon=True)
-                     for i, s in enumerate(plans)], stop)
+                     for i, s in enumerate(plans)], lane.stop)
     finally:
         sharing.clear(run_dir, "warm")
     return {"workers": len(shards), "cases": len(ids), "wall_s": round(time.monotonic() - t0, 2)}
@@ -96,26 +86,40 @@ def check_beside(run_dir: Path, case_ids: list[str], *, device: str,
         return {"workers": 0, "cases": 0, "checked": 0, "wall_s": 0.0}
     shares = [ids[i::len(lanes)] for i in range(len(lanes))]
     t0 = time.monotonic()
-    lock = threading.Lock()
-    stop = stop or threading.Event()
+    lane = _Lanes(run_dir, limits, on_event, stop)
 
     def one(i: int, gpu, share: list[str]) -> None:
-        watch = CaseWatch(limits, stop)
-
-        def on_ev(ev):
-            watch.see(ev)
-            with lock:
-                on_event({**ev, "gpu": gpu})
-
-        argv = worker_argv(run_dir, "check", device, share, shard=f"beside{i}") + ["--ahead"]
-        stream(argv, worker_env(device, gpu), store.raw_dir(run_dir, "logs") / f"beside{i}.log",
-               on_ev, watchdog=watch.expired)  # best effort: the check pass decides the rest
+        lane(f"beside{i}", gpu, worker_env(device, gpu),
+             worker_argv(run_dir, "check", device, share, shard=f"beside{i}") + ["--ahead"])
 
     run_threads([threading.Thread(target=one, args=(i, g, sh), name=f"beside{i}", daemon=True)
-                 for i, (g, sh) in enumerate(zip(lanes, shares))], stop)
+                 for i, (g, sh) in enumerate(zip(lanes, shares))], lane.stop)
     done = len(ids) - len(todo(run_dir, "check", ids))
     return {"workers": len(lanes), "cases": len(ids), "checked": done,
             "wall_s": round(time.monotonic() - t0, 2)}
+
+
+class _Lanes:
+    """One best-effort worker process per call (`lane(name, gpu, env, argv)`), its log
+    raw/logs/<name>.log, its events passed on with its GPU (one at a time), its case watched:
+    whatever its exit, the check pass decides what it left."""
+
+    def __init__(self, run_dir: Path, limits: dict[str, float],
+                 on_event: Callable[[dict], None], stop: threading.Event | None):
+        self.run_dir, self.limits, self.on_event = run_dir, limits, on_event
+        self.stop = stop or threading.Event()
+        self.lock = threading.Lock()
+
+    def __call__(self, name: str, gpu, env: dict, argv: list[str]) -> None:
+        watch = CaseWatch(self.limits, self.stop)
+
+        def on_ev(ev):
+            watch.see(ev)
+            with self.lock:
+                self.on_event({**ev, "gpu": gpu})
+
+        stream(argv, env, store.raw_dir(self.run_dir, "logs") / f"{name}.log", on_ev,
+               watchdog=watch.expired)
 
 
 def check_beside_cases(run_dir: Path, op, check_ids: list[str]) -> list[str]:
