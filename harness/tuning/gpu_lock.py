@@ -13,10 +13,11 @@ checked beside compile-ahead), and this lock keeps the two kinds apart:
         ... an untimed call ...
 
 A reader-writer lock over two files (fcntl.flock) named by $HARNESS_GPU_LOCK (the runner sets
-it per run and GPU, harness.execute.sharing.lock_path; unset, both are no-ops): `exclusive` takes the gate, then the lock
-exclusively; `shared` passes the gate, then takes the lock shared. The gate makes a waiting
-timer go first: a process looping over untimed calls cannot keep re-taking the shared lock
-ahead of it. Nested `exclusive` blocks (a Tuner timing inside the time pass) take it once.
+it per run and GPU, harness.execute.sharing.lock_path; unset, both are no-ops): `exclusive`
+takes the gate, then the lock exclusively; `shared` passes the gate, then takes the lock
+shared. The gate makes a waiting timer go first: a process looping over untimed calls cannot
+keep re-taking the shared lock ahead of it. Nested `exclusive` blocks (a Tuner timing inside
+the time pass) take it once.
 """
 from __future__ import annotations
 
