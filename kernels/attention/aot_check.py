@@ -70,10 +70,33 @@ def build_gluon(D: int, causal: bool, config: tuple, dtype: str = "fp16") -> Bui
                  c.tma)
 
 
+def build_gluon_bwd(D: int, causal: bool, config: tuple, dtype: str = "fp16") -> Build | None:
+    """The one-pass Gluon backward (flash_bwd_gluon.py) for sm_90; None without Gluon."""
+    import torch
+
+    from kernels.attention import flash_bwd_gluon as gb
+
+    if gb.gluon is None:
+        return None
+    tdt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    rows = torch.empty(4 * gb.BLOCK_N, D, dtype=tdt)  # CPU tensors: only their types matter
+    acc = torch.empty(4 * gb.BLOCK_N, D, dtype=torch.float32)
+    flat = torch.empty(4 * gb.BLOCK_N, dtype=torch.float32)
+    names = ("desc_q", "desc_k", "desc_v", "desc_do", "desc_dqa", "desc_lse", "desc_delta")
+    sig = {**dict(zip(names, gb.descriptors(rows, rows, rows, rows, acc, flat, flat))),
+           "DK": "*" + dtype, "DV": "*" + dtype, "n_ctx": "i32", "qk_scale": "fp32",
+           "sm_scale": "fp32"}
+    consts = {"STAGES": config[3], "CAUSAL": causal}
+    c = compile_gluon_cost(gb._flash_bwd_gluon_kernel,
+                           {**sig, **{k: "constexpr" for k in consts}}, consts, config[2])
+    return Build("gluon_bwd_tma", D, causal, tuple(config), c.regs, c.stack, c.smem_bytes,
+                 c.wgmma, c.tma)
+
+
 def builds(quick: bool, dtype: str = "fp16", dims=(64, 128)):
     """Yield a Build per (kernel, D, causal, config)."""
-    from kernels.attention import (flash_bwd, flash_bwd_tma, flash_fwd, flash_fwd_gluon,
-                                   flash_fwd_tma, fused_mha)
+    from kernels.attention import (flash_bwd, flash_bwd_gluon, flash_bwd_tma, flash_fwd,
+                                   flash_fwd_gluon, flash_fwd_tma, fused_mha)
 
     t = "*" + dtype
     fwd_ptrs = {"Q": t, "K": t, "V": t, "O": t, "LSE": "*fp32"}
@@ -98,6 +121,10 @@ def builds(quick: bool, dtype: str = "fp16", dims=(64, 128)):
                             causal)
             for c in pick(flash_fwd_gluon.GLUON_CONFIGS[D]):
                 b = build_gluon(D, causal, c, dtype)
+                if b is not None:
+                    yield b
+            for c in pick(flash_bwd_gluon.GLUON_CONFIGS.get(D, [])):
+                b = build_gluon_bwd(D, causal, c, dtype)
                 if b is not None:
                     yield b
             for c in pick(flash_bwd.DKDV_CONFIGS[D]):
@@ -127,8 +154,9 @@ def builds(quick: bool, dtype: str = "fp16", dims=(64, 128)):
                             {"Q": t, "K": t, "V": t, "O": t, "S": "*fp32"},
                             {"n_ctx": "i32", "qk_scale": "fp32"},
                             {**flags, "BLOCK_M": c[0], "BLOCK_N": c[1]}, c, D, causal)
-        yield build(flash_bwd._bwd_preprocess, "bwd_delta", {"O": t, "DO": t, "DELTA": "*fp32"},
-                    {"n_ctx": "i32"}, {"HEAD_DIM": D, "BLOCK": flash_bwd.PRE_BLOCK},
+        yield build(flash_bwd._bwd_preprocess, "bwd_delta",
+                    {"O": t, "DO": t, "DELTA": "*fp32", "DQ_ACC": "*fp32"}, {"n_ctx": "i32"},
+                    {"HEAD_DIM": D, "BLOCK": flash_bwd.PRE_BLOCK, "ZERO_DQ": True},
                     (flash_bwd.PRE_BLOCK, 0, 4, 1), D, False)
 
 

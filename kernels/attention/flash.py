@@ -52,4 +52,5 @@ def kernels_launched(mode: str) -> int:
 # imports their helpers, and flash_fwd_tma this module's attention_function): named here, after
 # everything they need, so that provenance's walk from triton_flash (this module's
 # flash_attention) reaches their kernels and a change to them changes its code hash.
-from kernels.attention import flash_bwd_tma, flash_fwd_gluon, flash_fwd_tma  # noqa: E402,F401
+from kernels.attention import (flash_bwd_gluon, flash_bwd_tma, flash_fwd_gluon,  # noqa: E402,F401
+                               flash_fwd_tma)

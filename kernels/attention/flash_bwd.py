@@ -64,12 +64,13 @@ _VALUES = {"BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (16, 32, 64, 128), "num_warp
 def bwd_tuners(prefix: str, tma_field: bool = False) -> tuple[Tuner, Tuner]:
     """The dK/dV and dQ Tuners (`<prefix>.dkdv`, `<prefix>.dq`): fields BLOCK_M/BLOCK_N stand
     for BLOCK_M1/BLOCK_N1 (dK/dV) and BLOCK_M2/BLOCK_N2 (dQ); with `tma_field`, a fifth field
-    TMA picks the kernel form (0: pointer loads, this file; 1: flash_bwd_tma.py)."""
+    TMA picks the kernel form (0: pointer loads, this file; 1: flash_bwd_tma.py; for dK/dV
+    also 4: flash_bwd_gluon.py's one-pass kernel, dQ included)."""
     fields = (*FIELDS, "TMA") if tma_field else FIELDS
     values = {**_VALUES, "TMA": (0, 1)} if tma_field else _VALUES
     dkdv = Tuner(f"{prefix}.dkdv", fields,
                  configs=[*DKDV_CONFIGS[128], *DKDV_CONFIGS[64], *SMALL_D_DKDV, INTERPRETER_DKDV],
-                 values=values,
+                 values={**values, "TMA": (0, 1, 4)} if tma_field else values,
                  rules=[Rule(("BLOCK_M", "BLOCK_N"), lambda m, n: n % m == 0,
                              "BLOCK_N % BLOCK_M == 0")])
     dq = Tuner(f"{prefix}.dq", fields,
@@ -87,12 +88,20 @@ def bwd_tuners(prefix: str, tma_field: bool = False) -> tuple[Tuner, Tuner]:
 # backward ran at 0.99-1.05x the speed of the TMA form alone (geo-mean 1.02x, run ...-ee8f),
 # where they picked TMA for both kernels at every D=128 shape: twice the candidates to compile
 # and time, for a difference within the two impls' pick noise.
+# TMA 4 (dK/dV Tuner only) is flash_bwd_gluon.py's one-pass kernel (FA3's form: dK, dV and dQ
+# in one kernel, dQ added by TMA reductions; Hopper, D=128): where it is a candidate, the dQ
+# Tuner picks first and every dK/dV candidate is timed as a whole backward (see
+# flash_backward). First light on an H100 (B*N = 16k, H=16, D=128, do_bench medians): 1.10-1.14x
+# the two-kernel backward non-causal, 1.02-1.06x causal; 0.84-0.92x cuDNN.
 _dkdv_tuner, _dq_tuner = bwd_tuners("attention.flash_bwd", tma_field=True)
 
 
 @triton.jit
-def _bwd_preprocess(O, DO, DELTA, n_ctx, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
-    """DELTA[bh, i] = sum_d O[bh, i, d] * DO[bh, i, d]; O, DO (B*H, N, D); DELTA (B*H, N)."""
+def _bwd_preprocess(O, DO, DELTA, DQ_ACC, n_ctx, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
+                    ZERO_DQ: tl.constexpr):
+    """DELTA[bh, i] = sum_d O[bh, i, d] * DO[bh, i, d]; O, DO (B*H, N, D); DELTA (B*H, N).
+    ZERO_DQ: also zero the same rows of DQ_ACC (B*H, N, D) fp32, the dQ buffer the one-pass
+    Gluon backward adds into (flash_bwd_gluon.py), so that it costs no kernel of its own."""
     bh = tl.program_id(1).to(tl.int64)
     offs_m = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -103,6 +112,18 @@ def _bwd_preprocess(O, DO, DELTA, n_ctx, HEAD_DIM: tl.constexpr, BLOCK: tl.const
     do = tl.load(DO + ptrs, mask=ok[:, None], other=0.0).to(tl.float32)
     # write BLOCK floats
     tl.store(DELTA + bh * n_ctx + offs_m, tl.sum(o * do, axis=1), mask=ok)
+    if ZERO_DQ:
+        # write BLOCK x D floats of zeros
+        tl.store(DQ_ACC + ptrs, tl.zeros([BLOCK, HEAD_DIM], dtype=tl.float32), mask=ok[:, None])
+
+
+def preprocess(o, do, delta, dq_acc=None) -> None:
+    """delta = rowsum(o * do) (B, H, N) fp32 for o, do (B, H, N, D); with `dq_acc` (B*H*N, D)
+    fp32, zero it in the same kernel."""
+    B, H, N, D = o.shape
+    _bwd_preprocess[(triton.cdiv(N, PRE_BLOCK), B * H)](
+        o, do, delta, delta if dq_acc is None else dq_acc, N, HEAD_DIM=D, BLOCK=PRE_BLOCK,
+        ZERO_DQ=dq_acc is not None, num_warps=4)
 
 
 @triton.jit
@@ -263,11 +284,12 @@ def flash_backward(q, k, v, o, lse, do, causal: bool,
 
     q, k, v, o, do: (B, H, N, D); lse: (B, H, N) fp32, base 2, from flash_forward.
     Configs (BLOCK_M, BLOCK_N, num_warps, num_stages[, TMA]) force a launch configuration
-    (TMA 0, the default: pointer loads; 1: flash_bwd_tma.py's kernel); otherwise the Tuner picks
-    each kernel's per (B, H, N, D, causal, dtype) among the TMA configs where N allows them,
-    else among the pointer ones.
+    (TMA 0, the default: pointer loads; 1: flash_bwd_tma.py's kernel; dK/dV only, 4: the
+    one-pass Gluon kernel of flash_bwd_gluon.py, which computes dQ too, so no dQ kernel runs);
+    otherwise the Tuners pick each kernel's per (B, H, N, D, causal, dtype) among the TMA and
+    Gluon configs where N (and the GPU) allow them, else among the pointer ones.
     """
-    from kernels.attention import flash_bwd_tma  # it imports this module
+    from kernels.attention import flash_bwd_gluon, flash_bwd_tma  # they import this module
 
     q, k, v, o, do = (t.contiguous() for t in (q, k, v, o, do))
     B, H, N, D = q.shape
@@ -275,29 +297,44 @@ def flash_backward(q, k, v, o, lse, do, causal: bool,
     qk_scale = sm_scale * LOG2E
     interp_bf16 = interp_bf16_flag(q.dtype)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    # the Tuners' timing launches read delta before the preprocess below writes it: what they
+    # compute is overwritten, and no kernel's time depends on the values
     delta = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
-    _bwd_preprocess[(triton.cdiv(N, PRE_BLOCK), B * H)](o, do, delta, N, HEAD_DIM=D,
-                                                        BLOCK=PRE_BLOCK, num_warps=4)
     tma_ok = flash_bwd_tma.unsupported(N, D) is None
     tma = (flash_bwd_tma.tma_launchers(q, k, v, do, lse, delta, dq, dk, dv, causal)
            if tma_ok else None)
+    no_gluon = flash_bwd_gluon.unsupported(N, D, q.device)
+    gluon = (None if no_gluon else
+             flash_bwd_gluon.gluon_launcher(q, k, v, do, lse, delta, dk, dv, causal))
+    scratch: list[torch.Tensor] = []
 
     def need_tma(cfg):
         if tma is None:
             raise ValueError(f"config {tuple(cfg)}: TMA=1, but {flash_bwd_tma.unsupported(N, D)}")
         return tma
 
+    def need_gluon(cfg):
+        if gluon is None:
+            raise ValueError(f"config {tuple(cfg)}: TMA=4, but {no_gluon}")
+        return gluon
+
     def launch_dkdv(cfg):
-        bm, bn, warps, stages, use_tma = cfg
-        if use_tma:
+        bm, bn, warps, stages, form = cfg
+        if form == 4:
+            raise ValueError(f"dQ config {tuple(cfg)}: TMA=4 (the one-pass Gluon backward) is "
+                             f"a dK/dV form only")
+        if form:
             return need_tma(cfg)[0]((bm, bn, warps, stages))
         _bwd_dkdv_kernel[(triton.cdiv(N, bn), B * H)](
             q, k, v, do, lse, delta, dk, dv, N, qk_scale, sm_scale, HEAD_DIM=D, BLOCK_M1=bm,
             BLOCK_N1=bn, CAUSAL=causal, INTERP_BF16=interp_bf16, num_warps=warps, num_stages=stages)
 
     def launch_dq(cfg):
-        bm, bn, warps, stages, use_tma = cfg
-        if use_tma:
+        bm, bn, warps, stages, form = cfg
+        if form == 4:
+            raise ValueError(f"dQ config {tuple(cfg)}: TMA=4 (the one-pass Gluon backward) is "
+                             f"a dK/dV form only: it computes dQ itself")
+        if form:
             return need_tma(cfg)[1]((bm, bn, warps, stages))
         _bwd_dq_kernel[(triton.cdiv(N, bm), B * H)](
             q, k, v, do, lse, delta, dq, N, qk_scale, sm_scale, HEAD_DIM=D, BLOCK_M2=bm,
@@ -305,19 +342,47 @@ def flash_backward(q, k, v, o, lse, do, causal: bool,
 
     key = (B, H, N, D, causal, q.dtype)
     tma_dkdv, tma_dq = flash_bwd_tma.configs_for(D, N) if tma_ok else ([], [])
+    dkdv_config, dq_config = (None if c is None else tuple(c) if len(c) == 5 else (*c, 0)
+                              for c in (dkdv_config, dq_config))
+    one_pass = [(*c, 4) for c in flash_bwd_gluon.configs_for(D, N)] if gluon else []
+    if dq_config is None and (dkdv_config is None or dkdv_config[4] != 4):
+        cands = [(*c, 0) for c in _configs(DQ_CONFIGS, SMALL_D_DQ, INTERPRETER_DQ, D)]
+        dq_config = tuple(_dq_tuner.pick(("dq", *key), cands + [(*c, 1) for c in tma_dq],
+                                         launch_dq, timed=uses_tma))
+
+    def timed_dkdv(cfg):
+        # where the one-pass form is a candidate every candidate is timed as a whole backward:
+        # a two-kernel one with the dQ kernel the dQ Tuner picked, the one-pass one into a
+        # scratch dQ buffer it zeroes after (a memset its measured calls do not pay)
+        if cfg[4] == 4:
+            if not scratch:
+                scratch.append(torch.zeros((B * H * N, D), device=q.device,
+                                           dtype=torch.float32))
+            need_gluon(cfg)(cfg[:4], scratch[0])
+            scratch[0].zero_()
+            return
+        launch_dkdv(cfg)
+        if one_pass:
+            launch_dq(dq_config)
+
     if dkdv_config is None:
         cands = [(*c, 0) for c in _configs(DKDV_CONFIGS, SMALL_D_DKDV, INTERPRETER_DKDV, D)]
-        dkdv_config = _dkdv_tuner.pick(("dkdv", *key), cands + [(*c, 1) for c in tma_dkdv],
-                                       launch_dkdv, timed=uses_tma)
-    if dq_config is None:
-        cands = [(*c, 0) for c in _configs(DQ_CONFIGS, SMALL_D_DQ, INTERPRETER_DQ, D)]
-        dq_config = _dq_tuner.pick(("dq", *key), cands + [(*c, 1) for c in tma_dq], launch_dq,
-                                   timed=uses_tma)
-    dkdv_config, dq_config = (tuple(c) if len(c) == 5 else (*c, 0)
-                              for c in (dkdv_config, dq_config))
+        dkdv_config = tuple(_dkdv_tuner.pick(
+            ("dkdv", *key), cands + [(*c, 1) for c in tma_dkdv] + one_pass, timed_dkdv,
+            timed=uses_tma))
+    scratch.clear()
+    if dkdv_config[4] == 4:
+        launch = need_gluon(dkdv_config)
+        flash_bwd_gluon.check_config(dkdv_config, D)
+        dq_acc = torch.empty((B * H * N, D), device=q.device, dtype=torch.float32)
+        preprocess(o, do, delta, dq_acc)
+        launch(dkdv_config[:4], dq_acc)
+        flash_bwd_gluon.cast_dq(dq_acc, dq)
+        return dq, dk, dv
     if dkdv_config[1] % dkdv_config[0] or dq_config[0] % dq_config[1]:
         raise ValueError(f"need BLOCK_N1 % BLOCK_M1 == 0 and BLOCK_M2 % BLOCK_N2 == 0, got "
                          f"dK/dV {dkdv_config}, dQ {dq_config}")
+    preprocess(o, do, delta)
     launch_dkdv(dkdv_config)
     launch_dq(dq_config)
     return dq, dk, dv

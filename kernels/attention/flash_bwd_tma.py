@@ -23,8 +23,8 @@ import triton.language as tl
 
 from kernels._common import TensorDescriptor, interpreted
 from kernels.attention.flash_bwd import (DKDV_CONFIGS, DQ_CONFIGS, INTERPRETER_DKDV,
-                                         INTERPRETER_DQ, PRE_BLOCK, SMALL_D_DKDV, SMALL_D_DQ,
-                                         _bwd_preprocess, bwd_tuners)
+                                         INTERPRETER_DQ, SMALL_D_DKDV, SMALL_D_DQ, bwd_tuners,
+                                         preprocess)
 from kernels.attention.flash_fwd import LOG2E, _cast, _mma, _query_tile, interp_bf16_flag
 
 
@@ -208,8 +208,7 @@ def flash_backward_tma(q, k, v, o, lse, do, causal: bool,
         raise ValueError(why)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     delta = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
-    _bwd_preprocess[(triton.cdiv(N, PRE_BLOCK), B * H)](o, do, delta, N, HEAD_DIM=D,
-                                                        BLOCK=PRE_BLOCK, num_warps=4)
+    preprocess(o, do, delta)
     launch_dkdv, launch_dq = tma_launchers(q, k, v, do, lse, delta, dq, dk, dv, causal)
     key = (B, H, N, D, causal, q.dtype)
     dkdv_cands, dq_cands = configs_for(D, N)

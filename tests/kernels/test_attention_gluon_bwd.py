@@ -1,0 +1,182 @@
+"""The one-pass Gluon backward (kernels/attention/flash_bwd_gluon.py) off the GPU: Gluon kernels
+do not run in the CPU interpreter, so CI checks the plumbing around it with a stand-in launch
+(the dK/dV Tuner's TMA: 4 candidates, timed as whole backwards; the dQ buffer zeroed by the
+delta kernel and cast after; the reasons it is unavailable; the config rules) and, in
+test_attention.py's sm_90 build, that the kernel compiles without spills. Its numerics are
+checked on the GPU by the harness's check pass (every triton_flash case of
+experiments/flash_bwd.yaml)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from harness import tuning
+from harness.execute.correctness import check, compare
+from kernels.attention import flash_bwd, flash_bwd_gluon, flash_bwd_tma, flash_fwd
+from kernels.attention import reference as ref
+from test_attention import OP, _qkv
+from test_attention import _params as attention_params
+
+GLUON = [(*c, 4) for c in flash_bwd_gluon.GLUON_CONFIGS[128]]
+
+
+def test_unavailable_on_the_cpu_with_a_reason():
+    assert "GPU only" in flash_bwd_gluon.unsupported(4096, 128, torch.device("cpu"))
+    q, k, v, do = _qkv(1, 1, 128, 128, torch.float16, n=4)
+    o, lse = flash_fwd.flash_forward(q, k, v, False)
+    with pytest.raises(ValueError, match=r"TMA=4, but Gluon kernels run on a GPU only"):
+        flash_bwd.flash_backward(q, k, v, o, lse, do, False, dkdv_config=GLUON[0])
+
+
+def test_forced_on_the_cpu_is_the_case_error():
+    """A YAML variant forcing the one-pass form off Hopper: the case's check raises the reason
+    (the worker fails that case with it, the run goes on)."""
+    with tuning.forcing({"attention.flash_bwd.dkdv": {"TMA": 4}}), \
+            pytest.raises(ValueError, match="TMA=4, but Gluon kernels run on a GPU only"):
+        check(OP, OP.get_impl("triton_flash"), attention_params(N=128, D=128, mode="bwd"),
+              "float16", "cpu")
+
+
+def test_shape_and_config_rules(monkeypatch):
+    """On a (faked) GPU: Hopper only, D=128, N a multiple of 128; configs within the kernel's
+    fixed tiles and shared memory."""
+    gpu = torch.device("cuda")
+    monkeypatch.setattr(flash_bwd_gluon, "interpreted", lambda: False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert flash_bwd_gluon.unsupported(4096, 128, gpu) is None
+    assert "multiple of 128, got N=4032" in flash_bwd_gluon.unsupported(4032, 128, gpu)
+    assert "head dim 128, got D=64" in flash_bwd_gluon.unsupported(4096, 64, gpu)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (10, 0))
+    assert "wgmma (sm_90); this GPU is sm_100" in flash_bwd_gluon.unsupported(4096, 128, gpu)
+    monkeypatch.setattr(flash_bwd_gluon, "_triton_version", lambda: (3, 5))
+    assert "needs triton >= 3.6" in flash_bwd_gluon.unsupported(4096, 128, gpu)
+    assert flash_bwd_gluon.configs_for(128, 4096) == flash_bwd_gluon.GLUON_CONFIGS[128]
+    assert flash_bwd_gluon.configs_for(64, 4096) == []
+    for cfg in flash_bwd_gluon.GLUON_CONFIGS[128]:
+        flash_bwd_gluon.check_config(cfg, 128)
+        assert flash_bwd_gluon.smem_bytes(cfg, 128) <= flash_bwd_gluon.SMEM_LIMIT
+    for cfg, field in (((128, 128, 4, 2), "tiles are BLOCK_M 64, BLOCK_N 128"),
+                       ((64, 64, 4, 2), "tiles are BLOCK_M 64, BLOCK_N 128"),
+                       ((64, 128, 8, 2), "num_warps is 4"),
+                       ((64, 128, 4, 4), "num_stages .* 1 to 3"),
+                       ((64, 128, 4, 0), "num_stages .* 1 to 3")):
+        with pytest.raises(ValueError, match=field):
+            flash_bwd_gluon.check_config(cfg, 128)
+    assert all(flash_fwd.uses_tma(c) for c in GLUON)
+
+
+def test_delta_kernel_zeroes_the_dq_buffer():
+    """The one-pass form's dQ buffer costs no kernel of its own: the delta kernel zeroes it."""
+    o, do = _qkv(2, 3, 100, 32, torch.float16, seed=2, n=2)
+    delta = torch.empty(2, 3, 100)
+    acc = torch.full((2 * 3 * 100, 32), float("nan"))
+    flash_bwd.preprocess(o, do, delta, acc)
+    assert torch.equal(acc, torch.zeros_like(acc))
+    torch.testing.assert_close(delta, (o.float() * do.float()).sum(-1), rtol=1e-5, atol=1e-5)
+    untouched = torch.full_like(acc, 7.0)
+    flash_bwd.preprocess(o, do, delta)  # no buffer: delta only
+    assert torch.equal(untouched, torch.full_like(acc, 7.0))
+
+
+def _stand_in(launches, tma_launchers=flash_bwd_tma.tma_launchers):
+    """A gluon_launcher whose launch adds the right numbers into the dQ buffer (the Triton TMA
+    kernels' dQ, unscaled, as the Gluon kernel adds dS K) and writes dK, dV: what the kernel
+    does, computed by kernels that run in the interpreter."""
+    def launcher(q, k, v, do, lse, delta, dk, dv, causal):
+        def launch(cfg, dq_acc):
+            flash_bwd_gluon.check_config(cfg, q.shape[-1])
+            launches.append(tuple(cfg))
+            dq = torch.empty_like(q)
+            dkdv, dq_kernel = tma_launchers(q, k, v, do, lse, delta, dq, dk, dv, causal)
+            dkdv(flash_bwd.INTERPRETER_DKDV)
+            dq_kernel(flash_bwd.INTERPRETER_DQ)
+            dq_acc += dq.float().view_as(dq_acc) * math.sqrt(q.shape[-1])
+        return launch
+    return launcher
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_tuner_times_the_one_pass_form_as_whole_backwards(causal, monkeypatch):
+    """Where the one-pass form runs (a Hopper GPU; here faked), the dK/dV Tuner gets its configs
+    as TMA: 4 candidates, all timed; the dQ Tuner picks first, and each two-kernel dK/dV
+    candidate is timed with that dQ kernel after it, so that every candidate's time is a whole
+    backward. A forced TMA: 4 runs no dQ kernel; its dQ (buffer zeroed by the delta kernel,
+    cast after) meets the correctness rule."""
+    launches, seen, order = [], [], []
+    monkeypatch.setattr(flash_bwd_gluon, "unsupported", lambda N, D, device=None: None)
+    monkeypatch.setattr(flash_bwd_gluon, "gluon_launcher", _stand_in(launches))
+    dq_runs = []
+    real_launchers = flash_bwd_tma.tma_launchers
+
+    def counting_launchers(*args):
+        dkdv, dq = real_launchers(*args)
+
+        def dq_counted(cfg):
+            dq_runs.append(tuple(cfg))
+            return dq(cfg)
+        return dkdv, dq_counted
+
+    monkeypatch.setattr(flash_bwd_tma, "tma_launchers", counting_launchers)
+
+    class CountedKernel:  # the pointer-load dQ kernel, counted the same way
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def __getitem__(self, grid):
+            dq_runs.append(grid)
+            return self.kernel[grid]
+
+    monkeypatch.setattr(flash_bwd, "_bwd_dq_kernel", CountedKernel(flash_bwd._bwd_dq_kernel))
+    for tuner, name in ((flash_bwd._dkdv_tuner, "dkdv"), (flash_bwd._dq_tuner, "dq")):
+        def pick(key, candidates, launch, timed=None, _orig=tuner.pick, _name=name):
+            order.append(_name)
+            cands = list(candidates)
+            seen.append((_name, cands, [c for c in cands if timed(c)]))
+            if _name == "dkdv" and len(seen) == 2:  # what timing each form launches
+                for form in (0, 1):
+                    before = len(dq_runs)
+                    launch(next(c for c in cands if c[-1] == form))
+                    assert len(dq_runs) == before + 1
+                before = len(launches)
+                launch(GLUON[0])
+                assert len(launches) == before + 1
+            return _orig(key, cands, launch, timed=timed)
+        monkeypatch.setattr(tuner, "pick", pick)
+    B, H, N, D = 1, 1, 128, 128
+    q, k, v, do = _qkv(B, H, N, D, torch.float16, seed=4, n=4)
+    o, lse = flash_fwd.flash_forward(q, k, v, causal)
+    flash_bwd.flash_backward(q, k, v, o, lse, do, causal)
+    assert order == ["dq", "dkdv"]
+    _, dkdv_cands, dkdv_timed = seen[1]
+    assert [c for c in dkdv_cands if c[-1] == 4] == GLUON
+    assert set(GLUON) <= set(dkdv_timed)
+    assert all(c[-1] != 4 for c in seen[0][1])  # the dQ Tuner never offers the one-pass form
+
+    launches.clear()
+    with tuning.forcing({"attention.flash_bwd.dkdv": {"TMA": 4, "num_stages": 2}}):
+        got = flash_bwd.flash_backward(q, k, v, o, lse, do, causal)
+    assert launches == [(64, 128, 4, 2)]
+    launches.clear()
+    dq_runs.clear()
+    again = flash_bwd.flash_backward(q, k, v, o, lse, do, causal, dkdv_config=GLUON[1])
+    assert launches == [GLUON[1][:4]] and dq_runs == []  # no dQ kernel, not even a pick
+    for a, b in zip(got, again):
+        assert torch.equal(a, b)
+
+    def ref_grads(a, b, c, d):
+        return ref.reference_backward(a, b, c, ref.reference_forward(a, b, c, causal=causal), d,
+                                      causal=causal)
+    hi = ref_grads(*(x.float() for x in (q, k, v, do)))
+    lo = ref_grads(q, k, v, do)
+    _, reason = compare(got, hi, lo, torch.float16, 2.0)
+    assert reason is None, reason
+
+
+def test_the_dq_tuner_takes_no_one_pass_config():
+    q, k, v, do = _qkv(1, 1, 64, 16, torch.float16, n=4)
+    o, lse = flash_fwd.flash_forward(q, k, v, False)
+    with pytest.raises(ValueError, match="TMA=4 .* is a dK/dV form only"):
+        flash_bwd.flash_backward(q, k, v, o, lse, do, False, dkdv_config=(16, 32, 4, 1, 0),
+                                 dq_config=(32, 16, 4, 1, 4))
