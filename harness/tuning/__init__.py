@@ -160,6 +160,16 @@ def recording() -> Iterator[PickLog]:
         yield log
 
 
+@contextmanager
+def unlogged() -> Iterator[None]:
+    """Picks made within the block stay out of the case's log (and their seconds out of its
+    tuning cost): for a pick the kernel may not use. The attention backward's dQ Tuner picks
+    before its dK/dV Tuner decides whether a dQ kernel runs at all (the one-pass form has
+    none); when one runs, it picks again outside the block (stored by then: nothing timed)."""
+    with _LOG.holding(None):
+        yield
+
+
 def add_cost(compile_s: float, timing_s: float) -> None:
     """A Tuner's seconds spent compiling and timing candidates (kept by `recording()`)."""
     log = _LOG.get()

@@ -161,8 +161,10 @@ op.impl("fused_mha", backend="triton", unavailable=_forward_only, expected_kerne
 op.impl("triton_flash", backend="triton", unavailable=_triton_unavailable,
         expected_kernels=lambda p: flash.kernels_launched(p.mode),
         tuners={"": flash_fwd._tuner, "dkdv": flash_bwd._dkdv_tuner, "dq": flash_bwd._dq_tuner},
-        description="our FlashAttention-2 in Triton: tiled online softmax, LSE saved, backward "
-                    "by recomputation (delta, dK/dV, dQ kernels)")(flash.flash_attention)
+        description="our FlashAttention in Triton: tiled online softmax, LSE saved, backward "
+                    "by recomputation (delta, dK/dV, dQ kernels); on Hopper the Tuners also "
+                    "time FA3-form Gluon kernels (forward; one-pass backward at D=128)")(
+    flash.flash_attention)
 
 
 def _tma_unavailable(p, dtype, device):

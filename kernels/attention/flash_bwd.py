@@ -15,7 +15,9 @@ Three kernels:
                       dQ += dS K              (times 1/sqrt(D) at the end)
                   traffic: read BLOCK_M2 x D of Q, dO once; per key tile BLOCK_N2 x D of K, V;
                   write BLOCK_M2 x D of dQ
-Each of dK, dV, dQ is owned by one program: no atomics, deterministic.
+Each of dK, dV, dQ is owned by one program: no atomics, deterministic. (On Hopper at D=128 the
+dK/dV Tuner may pick flash_bwd_gluon.py's one-pass kernel instead, `TMA: 4`: dQ by TMA
+reductions, five matmuls instead of seven; see flash_backward.)
 
 Causal: tiles above the diagonal are skipped; the diagonal band (BLOCK_N1 query rows for dK/dV,
 BLOCK_M2 key rows for dQ) runs with the mask, everything else without. Ragged N: one masked
@@ -29,6 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
+from harness import tuning
 from kernels._common import Rule, Tuner, interpreted
 from kernels.attention.flash_fwd import (FIELDS, LOG2E, _cast, _mma, _query_tile,
                                          interp_bf16_flag, uses_tma)
@@ -345,10 +348,19 @@ def flash_backward(q, k, v, o, lse, do, causal: bool,
     dkdv_config, dq_config = (None if c is None else tuple(c) if len(c) == 5 else (*c, 0)
                               for c in (dkdv_config, dq_config))
     one_pass = [(*c, 4) for c in flash_bwd_gluon.configs_for(D, N)] if gluon else []
-    if dq_config is None and (dkdv_config is None or dkdv_config[4] != 4):
+    def pick_dq():
         cands = [(*c, 0) for c in _configs(DQ_CONFIGS, SMALL_D_DQ, INTERPRETER_DQ, D)]
-        dq_config = tuple(_dq_tuner.pick(("dq", *key), cands + [(*c, 1) for c in tma_dq],
-                                         launch_dq, timed=uses_tma))
+        return tuple(_dq_tuner.pick(("dq", *key), cands + [(*c, 1) for c in tma_dq], launch_dq,
+                                    timed=uses_tma))
+
+    dq_unlogged = False  # picked before the plan is known: not (yet) the case's
+    if dq_config is None and (dkdv_config is None or dkdv_config[4] != 4):
+        if one_pass and dkdv_config is None:
+            with tuning.unlogged():
+                dq_config = pick_dq()
+            dq_unlogged = True
+        else:
+            dq_config = pick_dq()
 
     def timed_dkdv(cfg):
         # where the one-pass form is a candidate every candidate is timed as a whole backward
@@ -382,6 +394,8 @@ def flash_backward(q, k, v, o, lse, do, causal: bool,
         launch(dkdv_config[:4], dq_acc)
         flash_bwd_gluon.cast_dq(dq_acc, dq)
         return dq, dk, dv
+    if dq_unlogged:  # a dQ kernel runs after all: its pick is the case's too
+        dq_config = pick_dq()
     if dkdv_config[1] % dkdv_config[0] or dq_config[0] % dq_config[1]:
         raise ValueError(f"need BLOCK_N1 % BLOCK_M1 == 0 and BLOCK_M2 % BLOCK_N2 == 0, got "
                          f"dK/dV {dkdv_config}, dQ {dq_config}")

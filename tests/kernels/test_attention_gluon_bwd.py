@@ -148,16 +148,25 @@ def test_tuner_times_the_one_pass_form_as_whole_backwards(causal, monkeypatch):
     q, k, v, do = _qkv(B, H, N, D, torch.float16, seed=4, n=4)
     o, lse = flash_fwd.flash_forward(q, k, v, causal)
     flash_bwd.flash_backward(q, k, v, o, lse, do, causal)
-    assert order == ["dq", "dkdv"]
+    # dQ first (unlogged), dK/dV, then dQ again (its stored pick, logged): on the CPU the
+    # dK/dV Tuner takes its first candidate, a two-kernel one
+    assert order == ["dq", "dkdv", "dq"]
     _, dkdv_cands, dkdv_timed = seen[1]
     assert [c for c in dkdv_cands if c[-1] == 4] == GLUON
     assert set(GLUON) <= set(dkdv_timed)
     assert all(c[-1] != 4 for c in seen[0][1])  # the dQ Tuner never offers the one-pass form
 
     launches.clear()
-    with tuning.forcing({"attention.flash_bwd.dkdv": {"TMA": 4, "num_stages": 2}}):
+    with tuning.forcing({"attention.flash_bwd.dkdv": {"TMA": 4, "num_stages": 2}}), \
+            tuning.recording() as log:
         got = flash_bwd.flash_backward(q, k, v, o, lse, do, causal)
     assert launches == [(64, 128, 4, 2)]
+    # the dQ Tuner picked (to time the two-kernel candidates), but no dQ kernel ran: the case's
+    # config names only what ran; with a two-kernel plan the dQ pick is the case's too
+    assert set(log.configs()) == {"attention.flash_bwd.dkdv"}
+    with tuning.forcing({"attention.flash_bwd.dkdv": {"TMA": 1}}), tuning.recording() as log:
+        flash_bwd.flash_backward(q, k, v, o, lse, do, causal)
+    assert set(log.configs()) == {"attention.flash_bwd.dkdv", "attention.flash_bwd.dq"}
     launches.clear()
     dq_runs.clear()
     again = flash_bwd.flash_backward(q, k, v, o, lse, do, causal, dkdv_config=GLUON[1])
