@@ -94,8 +94,9 @@ def bwd_tuners(prefix: str, tma_field: bool = False) -> tuple[Tuner, Tuner]:
 # TMA 4 (dK/dV Tuner only) is flash_bwd_gluon.py's one-pass kernel (FA3's form: dK, dV and dQ
 # in one kernel, dQ added by TMA reductions; Hopper, D=128): where it is a candidate, the dQ
 # Tuner picks first and every dK/dV candidate is timed as a whole backward (see
-# flash_backward). First light on an H100 (B*N = 16k, H=16, D=128, do_bench medians): 1.10-1.14x
-# the two-kernel backward non-causal, 1.02-1.06x causal; 0.84-0.92x cuDNN.
+# flash_backward). On an H100 over experiments/flash_bwd.yaml (runs ...-5408 -> ...-b953 in one
+# lease, then ...-4983): triton_flash 1.08-1.34x faster at D=128 (N=1024 causal stays on the
+# two-kernel form), 0.97-1.07x cuDNN at D=128 N >= 4096 where it was 0.76-0.88x.
 _dkdv_tuner, _dq_tuner = bwd_tuners("attention.flash_bwd", tma_field=True)
 
 
@@ -323,9 +324,9 @@ def flash_backward(q, k, v, o, lse, do, causal: bool,
 
     def launch_dkdv(cfg):
         bm, bn, warps, stages, form = cfg
-        if form == 4:
-            raise ValueError(f"dQ config {tuple(cfg)}: TMA=4 (the one-pass Gluon backward) is "
-                             f"a dK/dV form only")
+        if form == 4:  # the one-pass plan launches its own kernels (timed_dkdv, below)
+            raise ValueError(f"dK/dV config {tuple(cfg)}: TMA=4 is not a dK/dV kernel of the "
+                             f"two-kernel plan")
         if form:
             return need_tma(cfg)[0]((bm, bn, warps, stages))
         _bwd_dkdv_kernel[(triton.cdiv(N, bn), B * H)](
@@ -348,6 +349,7 @@ def flash_backward(q, k, v, o, lse, do, causal: bool,
     dkdv_config, dq_config = (None if c is None else tuple(c) if len(c) == 5 else (*c, 0)
                               for c in (dkdv_config, dq_config))
     one_pass = [(*c, 4) for c in flash_bwd_gluon.configs_for(D, N)] if gluon else []
+
     def pick_dq():
         cands = [(*c, 0) for c in _configs(DQ_CONFIGS, SMALL_D_DQ, INTERPRETER_DQ, D)]
         return tuple(_dq_tuner.pick(("dq", *key), cands + [(*c, 1) for c in tma_dq], launch_dq,

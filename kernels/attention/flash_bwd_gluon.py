@@ -33,10 +33,12 @@ Measured on an H100 (triton 3.6, B*N = 16k, H=16, D=128, do_bench medians; the f
 against the later steps, each in one lease): plain first light 443-469 TFLOP/s non-causal
 (0.88-0.92x cuDNN; its source lines said a quarter of the consumers' stall samples waited on
 the LSE and delta loads from global memory, and it spilled 12-30 registers); LSE and delta by
-TMA into the rings: no spill, 495-507 non-causal, 442-451 causal at N=4096 (0.97-1.00x cuDNN);
-then without the second copy of K (column halves of the K tile instead) a third ring stage fits
-shared memory: 506-549 non-causal, 446-534 causal (0.95-1.07x cuDNN in that lease, whose own
-cuDNN figures moved by up to 12 % between two timings).
+TMA into the rings: no spill, 495-507 non-causal and 442-451 causal at N=4096 (0.97-1.00x
+cuDNN); then without the second copy of K (column halves of the K tile instead) a third ring
+stage fits shared memory: at N >= 4096 506-549 non-causal, 446-534 causal (0.97-1.07x cuDNN in
+that lease, whose own cuDNN figures moved by up to 12 % between two timings). Through the
+harness (experiments/flash_bwd.yaml, runs in reports/examples/): 0.97-1.07x cuDNN at D=128,
+N >= 4096.
 
 Then dQ = sum * 1/sqrt(D) in q's dtype (a Triton cast kernel). Memory: the fp32 dQ buffer
 (twice dQ's size) during the call. dQ's sums are added in whatever order programs reach them:
