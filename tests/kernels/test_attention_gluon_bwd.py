@@ -97,13 +97,13 @@ def _stand_in(launches, tma_launchers=flash_bwd_tma.tma_launchers):
     return launcher
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_tuner_times_the_one_pass_form_as_whole_backwards(causal, monkeypatch):
+@pytest.mark.parametrize("causal,dtype", [(False, torch.float16), (True, torch.bfloat16)])
+def test_tuner_times_the_one_pass_form_as_whole_backwards(causal, dtype, monkeypatch):
     """Where the one-pass form runs (a Hopper GPU; here faked), the dK/dV Tuner gets its configs
     as TMA: 4 candidates, all timed; the dQ Tuner picks first, and each two-kernel dK/dV
     candidate is timed with that dQ kernel after it, so that every candidate's time is a whole
     backward. A forced TMA: 4 runs no dQ kernel; its dQ (buffer zeroed by the delta kernel,
-    cast after) meets the correctness rule."""
+    cast after) meets the correctness rule, in fp16 and bf16."""
     launches, seen, order = [], [], []
     monkeypatch.setattr(flash_bwd_gluon, "unsupported", lambda N, D, device=None: None)
     monkeypatch.setattr(flash_bwd_gluon, "gluon_launcher", _stand_in(launches))
@@ -145,7 +145,7 @@ def test_tuner_times_the_one_pass_form_as_whole_backwards(causal, monkeypatch):
             return _orig(key, cands, launch, timed=timed)
         monkeypatch.setattr(tuner, "pick", pick)
     B, H, N, D = 1, 1, 128, 128
-    q, k, v, do = _qkv(B, H, N, D, torch.float16, seed=4, n=4)
+    q, k, v, do = _qkv(B, H, N, D, dtype, seed=4, n=4)
     o, lse = flash_fwd.flash_forward(q, k, v, causal)
     flash_bwd.flash_backward(q, k, v, o, lse, do, causal)
     # dQ first (unlogged), dK/dV, then dQ again (its stored pick, logged): on the CPU the
@@ -179,7 +179,7 @@ def test_tuner_times_the_one_pass_form_as_whole_backwards(causal, monkeypatch):
                                       causal=causal)
     hi = ref_grads(*(x.float() for x in (q, k, v, do)))
     lo = ref_grads(q, k, v, do)
-    _, reason = compare(got, hi, lo, torch.float16, 2.0)
+    _, reason = compare(got, hi, lo, dtype, 2.0)
     assert reason is None, reason
 
 
