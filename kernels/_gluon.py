@@ -18,23 +18,29 @@ try:  # the API used here is 3.6's and 3.9's; older Gluon spelled warp_specializ
     tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
     # a CTA-wide barrier: gl.thread_barrier in 3.6, gl.barrier in 3.9
     cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
-    # a TMA reduce-add from shared memory: tma.async_atomic_add in 3.9; 3.6 builds the same
-    # operation (create_async_tma_reduce) but has no Python function for it
-    tma_atomic_add = getattr(tma, "async_atomic_add", None)
-    if tma_atomic_add is None:
+except (ImportError, AttributeError):  # pragma: no cover
+    gluon = gl = fence_async_shared = mbarrier = tma = warpgroup_mma = None
+    warpgroup_mma_wait = GluonDescriptor = tma_load = tma_store = cta_barrier = None
+
+# a TMA reduce-add from shared memory (the one-pass backward's dQ): tma.async_atomic_add in
+# 3.9; 3.6 builds the same operation (create_async_tma_reduce) but has no Python function for
+# it. None where neither is there (flash_bwd_gluon.unsupported then says so).
+tma_atomic_add = getattr(tma, "async_atomic_add", None) if tma is not None else None
+if tma is not None and tma_atomic_add is None:
+    try:
         from triton._C.libtriton import ir as _ir
         from triton.language.core import builtin as _builtin
+
+        _REDUCE_ADD = _ir.DESCRIPTOR_REDUCE_KIND.ADD
 
         @_builtin
         def tma_atomic_add(tensor_desc, coord, src, _semantic=None):
             """global[coord box] += src (a shared memory tile), by one TMA reduction."""
             coord = _semantic._convert_to_ir_values(coord, require_i64=False)
-            _semantic.builder.create_async_tma_reduce(_ir.DESCRIPTOR_REDUCE_KIND.ADD,
-                                                      tensor_desc.handle, coord, src.handle)
-except (ImportError, AttributeError):  # pragma: no cover
-    gluon = gl = fence_async_shared = mbarrier = tma = warpgroup_mma = None
-    warpgroup_mma_wait = GluonDescriptor = tma_load = tma_store = cta_barrier = None
-    tma_atomic_add = None
+            _semantic.builder.create_async_tma_reduce(_REDUCE_ADD, tensor_desc.handle, coord,
+                                                      src.handle)
+    except (ImportError, AttributeError):  # pragma: no cover
+        tma_atomic_add = None
 
 
 def triton_version() -> tuple[int, int]:

@@ -64,6 +64,7 @@ _FORCED: _ProcessVar[dict | None] = _ProcessVar(None)
 _COMPILE_ONLY: _ProcessVar[bool] = _ProcessVar(False)
 _SETUP: _ProcessVar[bool] = _ProcessVar(False)
 _LOG: _ProcessVar["PickLog | None"] = _ProcessVar(None)
+_UNLOGGED: _ProcessVar[bool] = _ProcessVar(False)  # picks kept out of the log (unlogged())
 
 # tuner name -> repr(key) -> {"config": {field: value}, "source": str}
 _STORED: dict[str, dict[str, dict]] = {}
@@ -162,11 +163,12 @@ def recording() -> Iterator[PickLog]:
 
 @contextmanager
 def unlogged() -> Iterator[None]:
-    """Picks made within the block stay out of the case's log (and their seconds out of its
-    tuning cost): for a pick the kernel may not use. The attention backward's dQ Tuner picks
-    before its dK/dV Tuner decides whether a dQ kernel runs at all (the one-pass form has
-    none); when one runs, it picks again outside the block (stored by then: nothing timed)."""
-    with _LOG.holding(None):
+    """Picks made within the block stay out of the case's log (their compile and timing
+    seconds still count): for a pick the kernel may not use. The attention backward's dQ Tuner
+    picks before its dK/dV Tuner decides whether a dQ kernel runs at all (the one-pass form
+    has none); when one runs, it picks again outside the block (stored by then: nothing
+    timed)."""
+    with _UNLOGGED.holding(True):
         yield
 
 
@@ -179,13 +181,13 @@ def add_cost(compile_s: float, timing_s: float) -> None:
 
 
 def recording_active() -> bool:
-    return _LOG.get() is not None
+    return _LOG.get() is not None and not _UNLOGGED.get()
 
 
 def record(tuner: str, key: Any, config: dict, source: str) -> None:
     """Called by a Tuner on every pick (a no-op outside `recording()`); `key` is hashable."""
     log = _LOG.get()
-    if log is not None:
+    if log is not None and not _UNLOGGED.get():
         log.add(tuner, key, config, source)
 
 

@@ -335,9 +335,6 @@ def flash_backward(q, k, v, o, lse, do, causal: bool,
 
     def launch_dq(cfg):
         bm, bn, warps, stages, form = cfg
-        if form == 4:
-            raise ValueError(f"dQ config {tuple(cfg)}: TMA=4 (the one-pass Gluon backward) is "
-                             f"a dK/dV form only: it computes dQ itself")
         if form:
             return need_tma(cfg)[1]((bm, bn, warps, stages))
         _bwd_dq_kernel[(triton.cdiv(N, bm), B * H)](
@@ -348,7 +345,19 @@ def flash_backward(q, k, v, o, lse, do, causal: bool,
     tma_dkdv, tma_dq = flash_bwd_tma.configs_for(D, N) if tma_ok else ([], [])
     dkdv_config, dq_config = (None if c is None else tuple(c) if len(c) == 5 else (*c, 0)
                               for c in (dkdv_config, dq_config))
-    one_pass = [(*c, 4) for c in flash_bwd_gluon.configs_for(D, N)] if gluon else []
+    if dq_config is not None and dq_config[4] == 4:
+        raise ValueError(f"dQ config {dq_config}: TMA=4 (the one-pass Gluon backward) is a "
+                         f"dK/dV form only: it computes dQ itself")
+    # a dQ config forced (argument or YAML) is a dQ kernel to measure: no one-pass plan then,
+    # and a one-pass plan forced beside it is a contradiction, not a silent choice
+    dq_forced = dq_config is not None or bool(tuning.forced(_dq_tuner.name))
+    one_pass_forced = ((dkdv_config is not None and dkdv_config[4] == 4)
+                       or (tuning.forced(_dkdv_tuner.name) or {}).get("TMA") == 4)
+    if dq_forced and one_pass_forced:
+        raise ValueError("dK/dV TMA=4 (the one-pass Gluon backward) runs no dQ kernel, but a "
+                         "dQ config is forced too: force one or the other")
+    one_pass = ([(*c, 4) for c in flash_bwd_gluon.configs_for(D, N)]
+                if gluon and not dq_forced else [])
 
     def pick_dq():
         cands = [(*c, 0) for c in _configs(DQ_CONFIGS, SMALL_D_DQ, INTERPRETER_DQ, D)]
@@ -356,7 +365,7 @@ def flash_backward(q, k, v, o, lse, do, causal: bool,
                                     timed=uses_tma))
 
     dq_unlogged = False  # picked before the plan is known: not (yet) the case's
-    if dq_config is None and (dkdv_config is None or dkdv_config[4] != 4):
+    if dq_config is None and not one_pass_forced:
         if one_pass and dkdv_config is None:
             with tuning.unlogged():
                 dq_config = pick_dq()

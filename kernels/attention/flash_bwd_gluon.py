@@ -74,7 +74,10 @@ HEAD_DIMS = (128,)
 # (BLOCK_M, BLOCK_N, num_warps, num_stages): num_warps is a consumer partition's, num_stages
 # the Q/dO ring depth. Shared memory at D=128, 16-bit: K and V 2 x 32 KiB, dS 2 x 16 KiB, the
 # dQ halves 2 x 16 KiB (fp32), and per stage Q and dO 2 x 16 KiB with 2 x 256 B of LSE and
-# delta: 193 KiB at 2 stages, 225.5 KiB at 3.
+# delta: 193 KiB at 2 stages, 225.5 KiB at 3 (a build adds about 0.5 KiB of barriers and
+# alignment: 226 KiB at 3). Spills: none in the GPU's triton 3.6 build at 2 stages, 2-4 words at
+# 3 (CompiledKernel.n_spills); the local triton 3.9 sm_90 build spills 64 B at 2 stages
+# non-causal, none at 3 (the first config, the one `aot_check --quick` builds).
 GLUON_CONFIGS = {128: [(64, 128, 4, 3), (64, 128, 4, 2)]}
 SMEM_LIMIT = 232448
 CAST_BLOCK = 1024
@@ -282,9 +285,9 @@ GL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 def unsupported(N: int, D: int, device: torch.device) -> str | None:
     """Why the Gluon backward cannot run this shape on `device` (None when it can)."""
-    if gluon is None or _triton_version() < MIN_TRITON:
+    if gluon is None or _triton_version() < MIN_TRITON or _tma_atomic_add is None:
         return (f"the Gluon backward needs triton >= {'.'.join(map(str, MIN_TRITON))} "
-                f"(triton.experimental.gluon), got {triton.__version__}")
+                f"(triton.experimental.gluon, a TMA reduce-add), got {triton.__version__}")
     if interpreted() or device.type != "cuda":
         return "Gluon kernels run on a GPU only (the CPU interpreter does not run them)"
     major, minor = torch.cuda.get_device_capability(device)

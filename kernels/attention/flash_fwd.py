@@ -224,8 +224,8 @@ def configs_for(D: int) -> list[tuple[int, int, int, int]]:
 
 def uses_tma(cfg: tuple) -> bool:
     """A (..., TMA) candidate of the folded Tuners is a TMA form they time by default where N
-    allows it: the plain TMA kernel (1), the register-capped one (3) or the Gluon one (4; both
-    the forward's only)."""
+    allows it: the plain TMA kernel (1), the register-capped one (3, the forward's only) or a
+    Gluon one (4: the forward's, and the backward's one-pass dK/dV form)."""
     return cfg[-1] in (1, 3, 4)
 
 

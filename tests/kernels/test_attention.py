@@ -300,6 +300,7 @@ def test_aot_build_for_sm90_without_spills():
             kernels.add(line.split()[0])
             assert ("tma 0" not in line) == ("_tma" in line.split()[0]), line
     assert "gluon_tma" in kernels  # the Gluon forward builds (its warp-specialized partitions)
+    assert "gluon_bwd_tma" in kernels  # and the one-pass Gluon backward
 
 
 @pytest.mark.slow

@@ -2,7 +2,7 @@
 do not run in the CPU interpreter, so CI checks the plumbing around it with a stand-in launch
 (the dK/dV Tuner's TMA: 4 candidates, timed as whole backwards; the dQ buffer zeroed by the
 delta kernel and cast after; the reasons it is unavailable; the config rules) and, in
-test_attention.py's sm_90 build, that the kernel compiles without spills. Its numerics are
+test_attention.py's sm_90 build, that its first config compiles without spills. Its numerics are
 checked on the GPU by the harness's check pass (every triton_flash case of
 experiments/flash_bwd.yaml)."""
 from __future__ import annotations
@@ -56,7 +56,6 @@ def test_shape_and_config_rules(monkeypatch):
     assert flash_bwd_gluon.configs_for(64, 4096) == []
     for cfg in flash_bwd_gluon.GLUON_CONFIGS[128]:
         flash_bwd_gluon.check_config(cfg, 128)
-        assert flash_bwd_gluon.smem_bytes(cfg, 128) <= flash_bwd_gluon.SMEM_LIMIT
     for cfg, field in (((128, 128, 4, 2), "tiles are BLOCK_M 64, BLOCK_N 128"),
                        ((64, 64, 4, 2), "tiles are BLOCK_M 64, BLOCK_N 128"),
                        ((64, 128, 8, 2), "num_warps is 4"),
@@ -161,18 +160,25 @@ def test_tuner_times_the_one_pass_form_as_whole_backwards(causal, dtype, monkeyp
             tuning.recording() as log:
         got = flash_bwd.flash_backward(q, k, v, o, lse, do, causal)
     assert launches == [(64, 128, 4, 2)]
-    # the dQ Tuner picked (to time the two-kernel candidates), but no dQ kernel ran: the case's
-    # config names only what ran; with a two-kernel plan the dQ pick is the case's too
+    # a forced one-pass plan runs no dQ kernel: the dQ Tuner does not pick, the case's config
+    # names only what ran; with a two-kernel plan the dQ pick is the case's too
     assert set(log.configs()) == {"attention.flash_bwd.dkdv"}
     with tuning.forcing({"attention.flash_bwd.dkdv": {"TMA": 1}}), tuning.recording() as log:
         flash_bwd.flash_backward(q, k, v, o, lse, do, causal)
     assert set(log.configs()) == {"attention.flash_bwd.dkdv", "attention.flash_bwd.dq"}
+    # unforced, a one-pass candidate among the dK/dV ones: the dQ pick made before the plan
+    # is known stays out of the log until a dQ kernel runs (on the CPU the dK/dV Tuner takes
+    # its first candidate, a two-kernel one: logged then)
+    order.clear()
+    with tuning.recording() as log:
+        flash_bwd.flash_backward(q, k, v, o, lse, do, causal)
+    assert order == ["dq", "dkdv", "dq"]
+    assert set(log.configs()) == {"attention.flash_bwd.dkdv", "attention.flash_bwd.dq"}
     launches.clear()
     dq_runs.clear()
-    again = flash_bwd.flash_backward(q, k, v, o, lse, do, causal, dkdv_config=GLUON[1])
-    assert launches == [GLUON[1][:4]] and dq_runs == []  # no dQ kernel, not even a pick
-    for a, b in zip(got, again):
-        assert torch.equal(a, b)
+    order.clear()
+    flash_bwd.flash_backward(q, k, v, o, lse, do, causal, dkdv_config=GLUON[1])
+    assert launches == [GLUON[1][:4]] and dq_runs == [] and order == []  # no dQ pick or kernel
 
     def ref_grads(a, b, c, d):
         return ref.reference_backward(a, b, c, ref.reference_forward(a, b, c, causal=causal), d,
@@ -189,3 +195,33 @@ def test_the_dq_tuner_takes_no_one_pass_config():
     with pytest.raises(ValueError, match="TMA=4 .* is a dK/dV form only"):
         flash_bwd.flash_backward(q, k, v, o, lse, do, False, dkdv_config=(16, 32, 4, 1, 0),
                                  dq_config=(32, 16, 4, 1, 4))
+
+
+def test_a_forced_dq_config_rules_out_the_one_pass_plan(monkeypatch):
+    """A dQ config forced (argument or YAML) is a dQ kernel to measure: the dK/dV Tuner then
+    offers no one-pass candidate, and a one-pass plan forced beside it is an error naming
+    both, not a silent choice of one."""
+    monkeypatch.setattr(flash_bwd_gluon, "unsupported", lambda N, D, device=None: None)
+    monkeypatch.setattr(flash_bwd_gluon, "gluon_launcher", _stand_in([]))
+    seen = []
+    orig = flash_bwd._dkdv_tuner.pick
+
+    def pick(key, candidates, launch, timed=None):
+        seen.append(list(candidates))
+        return orig(key, candidates, launch, timed=timed)
+
+    monkeypatch.setattr(flash_bwd._dkdv_tuner, "pick", pick)
+    q, k, v, do = _qkv(1, 1, 128, 128, torch.float16, seed=6, n=4)
+    o, lse = flash_fwd.flash_forward(q, k, v, False)
+    with tuning.forcing({"attention.flash_bwd.dq": {"num_stages": 1}}):
+        flash_bwd.flash_backward(q, k, v, o, lse, do, False)
+    flash_bwd.flash_backward(q, k, v, o, lse, do, False, dq_config=flash_bwd.INTERPRETER_DQ)
+    assert len(seen) == 2 and all(c[-1] != 4 for cands in seen for c in cands)
+    flash_bwd.flash_backward(q, k, v, o, lse, do, False)
+    assert any(c[-1] == 4 for c in seen[2])  # unforced: offered again
+    for forcing, kwargs in (({"attention.flash_bwd.dkdv": {"TMA": 4},
+                              "attention.flash_bwd.dq": {"num_stages": 1}}, {}),
+                            ({}, {"dkdv_config": GLUON[0], "dq_config": flash_bwd.INTERPRETER_DQ})):
+        with tuning.forcing(forcing), pytest.raises(ValueError, match="runs no dQ kernel, but "
+                                                                      "a dQ config is forced"):
+            flash_bwd.flash_backward(q, k, v, o, lse, do, False, **kwargs)
