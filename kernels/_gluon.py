@@ -43,6 +43,25 @@ if tma is not None and tma_atomic_add is None:
         tma_atomic_add = None
 
 
+def hopper_unavailable(device, what: str) -> str | None:
+    """Why the Gluon Hopper kernel `what` ("the Gluon forward", ...) cannot run on `device`:
+    no Gluon (or an older triton), no GPU (the CPU interpreter does not run Gluon), not sm_90
+    (wgmma); None when it can."""
+    from kernels._common import interpreted
+
+    if gluon is None or triton_version() < MIN_TRITON:
+        return (f"{what} needs triton >= {'.'.join(map(str, MIN_TRITON))} "
+                f"(triton.experimental.gluon), got {triton.__version__}")
+    if interpreted() or device.type != "cuda":
+        return "Gluon kernels run on a GPU only (the CPU interpreter does not run them)"
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device)
+    if major != 9:
+        return f"{what} is written for Hopper's wgmma (sm_90); this GPU is sm_{major}{minor}"
+    return None
+
+
 def triton_version() -> tuple[int, int]:
     """(major, minor) of the installed triton."""
     major, minor = triton.__version__.split(".")[:2]

@@ -59,12 +59,10 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._common import interpreted
-from kernels._gluon import MIN_TRITON, GluonDescriptor, cta_barrier, fence_async_shared, gl
-from kernels._gluon import gluon, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from kernels._gluon import GluonDescriptor, cta_barrier, fence_async_shared, gl, gluon
+from kernels._gluon import hopper_unavailable, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from kernels._gluon import tma_atomic_add as _tma_atomic_add
 from kernels._gluon import tma_load as _tma_load
-from kernels._gluon import triton_version as _triton_version
 from kernels.attention.flash_fwd import LOG2E, _cast, interp_bf16_flag
 
 BLOCK_N = 128  # two consumer warpgroups of 64 key rows
@@ -285,15 +283,12 @@ GL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 def unsupported(N: int, D: int, device: torch.device) -> str | None:
     """Why the Gluon backward cannot run this shape on `device` (None when it can)."""
-    if gluon is None or _triton_version() < MIN_TRITON or _tma_atomic_add is None:
-        return (f"the Gluon backward needs triton >= {'.'.join(map(str, MIN_TRITON))} "
-                f"(triton.experimental.gluon, a TMA reduce-add), got {triton.__version__}")
-    if interpreted() or device.type != "cuda":
-        return "Gluon kernels run on a GPU only (the CPU interpreter does not run them)"
-    major, minor = torch.cuda.get_device_capability(device)
-    if major != 9:
-        return (f"the Gluon backward is written for Hopper's wgmma (sm_90); this GPU is "
-                f"sm_{major}{minor}")
+    why = hopper_unavailable(device, "the Gluon backward")
+    if why:
+        return why
+    if _tma_atomic_add is None:
+        return (f"the Gluon backward adds dQ by a TMA reduce-add, which this triton "
+                f"({triton.__version__}) does not build")
     if D not in HEAD_DIMS:
         return f"the Gluon backward takes head dim 128, got D={D}"
     if N % BLOCK_N:

@@ -46,16 +46,13 @@ from __future__ import annotations
 import math
 
 import torch
-import triton
 
-from kernels._common import interpreted
 from kernels.attention.flash_fwd import LOG2E
 
-from kernels._gluon import MIN_TRITON, GluonDescriptor, fence_async_shared, gl, gluon, mbarrier
-from kernels._gluon import tma, warpgroup_mma, warpgroup_mma_wait
+from kernels._gluon import GluonDescriptor, fence_async_shared, gl, gluon, hopper_unavailable
+from kernels._gluon import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from kernels._gluon import tma_load as _tma_load
 from kernels._gluon import tma_store as _tma_store
-from kernels._gluon import triton_version as _triton_version
 
 BLOCK_M = 128  # two consumer warpgroups of 64 query rows
 CONSUMER_WARPS = 4
@@ -274,15 +271,9 @@ GL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 def unsupported(N: int, D: int, device: torch.device) -> str | None:
     """Why the Gluon forward cannot run this shape on `device` (None when it can)."""
-    if gluon is None or _triton_version() < MIN_TRITON:
-        return (f"the Gluon forward needs triton >= {'.'.join(map(str, MIN_TRITON))} "
-                f"(triton.experimental.gluon), got {triton.__version__}")
-    if interpreted() or device.type != "cuda":
-        return "Gluon kernels run on a GPU only (the CPU interpreter does not run them)"
-    major, minor = torch.cuda.get_device_capability(device)
-    if major != 9:
-        return (f"the Gluon forward is written for Hopper's wgmma (sm_90); this GPU is "
-                f"sm_{major}{minor}")
+    why = hopper_unavailable(device, "the Gluon forward")
+    if why:
+        return why
     if D not in GLUON_CONFIGS:
         return f"the Gluon forward takes head dim 64 or 128, got D={D}"
     if N % BLOCK_M:

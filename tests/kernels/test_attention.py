@@ -41,6 +41,18 @@ def _params(**kw):
     return Params(base)
 
 
+def _backward_within_rule(grads, q, k, v, do, causal, dtype):
+    """The harness rule for (dq, dk, dv) against the reference backward (fp32 vs `dtype`)."""
+    def ref_grads(a, b, c, d):
+        return ref.reference_backward(a, b, c, ref.reference_forward(a, b, c, causal=causal), d,
+                                      causal=causal)
+
+    hi = ref_grads(*(x.float() for x in (q, k, v, do)))
+    lo = ref_grads(q, k, v, do)
+    _, reason = compare(grads, hi, lo, dtype, 2.0)
+    assert reason is None, reason
+
+
 def _within_rule(out, inputs_lo, fn_lo):
     """The harness rule: error of `out` vs fp32 <= 2x torch's own fp16 error + 1 ulp."""
     hi = fn_lo(*(x.float() for x in inputs_lo))
@@ -125,15 +137,7 @@ def test_flash_backward_matches_reference(causal, N, dtype):
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     o = flash_attention(*leaves, causal=causal)
     grads = torch.autograd.grad(o, leaves, do)
-
-    def ref_grads(a, b, c, d):
-        return ref.reference_backward(a, b, c, ref.reference_forward(a, b, c, causal=causal), d,
-                                      causal=causal)
-
-    hi = ref_grads(*(x.float() for x in (q, k, v, do)))
-    lo = ref_grads(q, k, v, do)
-    _, reason = compare(grads, hi, lo, dtype, 2.0)
-    assert reason is None, reason
+    _backward_within_rule(grads, q, k, v, do, causal, dtype)
 
 
 def test_flash_backward_other_tiles():

@@ -9,6 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+import kernels._common
+import kernels._gluon
+
 from harness import tuning
 from harness.execute.correctness import check
 from kernels.attention import flash_fwd, flash_fwd_gluon, flash_fwd_tma
@@ -38,7 +41,7 @@ def test_shape_and_config_rules(monkeypatch):
     """On a (faked) GPU: Hopper only, D 64/128, N a multiple of 128; configs within the
     kernel's fixed fields and shared memory."""
     gpu = torch.device("cuda")
-    monkeypatch.setattr(flash_fwd_gluon, "interpreted", lambda: False)
+    monkeypatch.setattr(kernels._common, "interpreted", lambda: False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     assert flash_fwd_gluon.unsupported(4096, 128, gpu) is None
     assert "multiple of 128, got N=4000" in flash_fwd_gluon.unsupported(4000, 128, gpu)
@@ -46,7 +49,7 @@ def test_shape_and_config_rules(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
     assert "Hopper's wgmma (sm_90); this GPU is sm_80" in flash_fwd_gluon.unsupported(4096, 128,
                                                                                         gpu)
-    monkeypatch.setattr(flash_fwd_gluon, "_triton_version", lambda: (3, 5))
+    monkeypatch.setattr(kernels._gluon, "triton_version", lambda: (3, 5))
     assert "needs triton >= 3.6" in flash_fwd_gluon.unsupported(4096, 128, gpu)
     assert flash_fwd_gluon.configs_for(128, 4096) == flash_fwd_gluon.GLUON_CONFIGS[128]
     assert flash_fwd_gluon.configs_for(64, 4160) == []

@@ -12,11 +12,13 @@ import math
 import pytest
 import torch
 
+import kernels._common
+import kernels._gluon
+
 from harness import tuning
-from harness.execute.correctness import check, compare
+from harness.execute.correctness import check
 from kernels.attention import flash_bwd, flash_bwd_gluon, flash_bwd_tma, flash_fwd
-from kernels.attention import reference as ref
-from test_attention import OP, _qkv
+from test_attention import OP, _backward_within_rule, _qkv
 from test_attention import _params as attention_params
 
 GLUON = [(*c, 4) for c in flash_bwd_gluon.GLUON_CONFIGS[128]]
@@ -43,14 +45,14 @@ def test_shape_and_config_rules(monkeypatch):
     """On a (faked) GPU: Hopper only, D=128, N a multiple of 128; configs within the kernel's
     fixed tiles and shared memory."""
     gpu = torch.device("cuda")
-    monkeypatch.setattr(flash_bwd_gluon, "interpreted", lambda: False)
+    monkeypatch.setattr(kernels._common, "interpreted", lambda: False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     assert flash_bwd_gluon.unsupported(4096, 128, gpu) is None
     assert "multiple of 128, got N=4032" in flash_bwd_gluon.unsupported(4032, 128, gpu)
     assert "head dim 128, got D=64" in flash_bwd_gluon.unsupported(4096, 64, gpu)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (10, 0))
     assert "wgmma (sm_90); this GPU is sm_100" in flash_bwd_gluon.unsupported(4096, 128, gpu)
-    monkeypatch.setattr(flash_bwd_gluon, "_triton_version", lambda: (3, 5))
+    monkeypatch.setattr(kernels._gluon, "triton_version", lambda: (3, 5))
     assert "needs triton >= 3.6" in flash_bwd_gluon.unsupported(4096, 128, gpu)
     assert flash_bwd_gluon.configs_for(128, 4096) == flash_bwd_gluon.GLUON_CONFIGS[128]
     assert flash_bwd_gluon.configs_for(64, 4096) == []
@@ -179,14 +181,7 @@ def test_tuner_times_the_one_pass_form_as_whole_backwards(causal, dtype, monkeyp
     order.clear()
     flash_bwd.flash_backward(q, k, v, o, lse, do, causal, dkdv_config=GLUON[1])
     assert launches == [GLUON[1][:4]] and dq_runs == [] and order == []  # no dQ pick or kernel
-
-    def ref_grads(a, b, c, d):
-        return ref.reference_backward(a, b, c, ref.reference_forward(a, b, c, causal=causal), d,
-                                      causal=causal)
-    hi = ref_grads(*(x.float() for x in (q, k, v, do)))
-    lo = ref_grads(q, k, v, do)
-    _, reason = compare(got, hi, lo, dtype, 2.0)
-    assert reason is None, reason
+    _backward_within_rule(got, q, k, v, do, causal, dtype)
 
 
 def test_the_dq_tuner_takes_no_one_pass_config():
