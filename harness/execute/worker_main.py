@@ -43,7 +43,19 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     only = list(dict.fromkeys(a.cases.split(","))) if a.cases else None
     from harness.execute import selfprofile
+    from harness.tuning import inductor_picks
 
+    if a.device == "cuda":  # Inductor's config choices made once per host, not per process
+        inductor_picks.install()
+    try:
+        return _run(a, passes, only, selfprofile)
+    finally:
+        line = inductor_picks.summary()
+        if line:
+            print(f"worker: {line}", file=sys.stderr, flush=True)
+
+
+def _run(a, passes: list[str], only: list[str] | None, selfprofile) -> int:
     if passes == ["ab"]:
         from harness.execute.ab_worker import AbWorker
 

@@ -30,7 +30,7 @@ from typing import Iterator
 ENV = "HARNESS_GPU_LOCK"
 
 _fds: dict[str, int] = {}
-_depth = {"exclusive": 0}
+_depth = {"exclusive": 0, "shared": 0}
 _waited = [0.0]  # seconds this process waited to take the lock exclusively
 
 
@@ -88,11 +88,60 @@ def shared() -> Iterator[None]:
     if base is None or _depth["exclusive"]:
         yield
         return
+    if _depth["shared"]:
+        _depth["shared"] += 1
+        try:
+            yield
+        finally:
+            _depth["shared"] -= 1
+        return
     gate, lock = _fd(base + ".gate"), _fd(base + ".gpu")
     fcntl.flock(gate, fcntl.LOCK_EX)  # a timer holding or waiting for the lock goes first
     fcntl.flock(gate, fcntl.LOCK_UN)
     fcntl.flock(lock, fcntl.LOCK_SH)
+    _depth["shared"] += 1
     try:
         yield
     finally:
+        _depth["shared"] -= 1
         fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextmanager
+def try_exclusive() -> Iterator[bool | None]:
+    """`exclusive` if it is free now, else the block runs as it is: yields True (alone), False
+    (another process, or this one in `shared`, holds the GPU) or None (no locking). For work
+    that must not wait: a choice that would rather be made alone, but not at any cost."""
+    base = path()
+    if base is None:
+        yield None
+        return
+    if _depth["exclusive"]:
+        yield True
+        return
+    if _depth["shared"]:  # upgrading could deadlock with another sharer doing the same
+        yield False
+        return
+    gate, lock = _fd(base + ".gate"), _fd(base + ".gpu")
+    try:
+        fcntl.flock(gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+            gate = None
+            yield False
+            return
+        _depth["exclusive"] += 1
+        try:
+            yield True
+        finally:
+            _depth["exclusive"] -= 1
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    finally:
+        if gate is not None:
+            fcntl.flock(gate, fcntl.LOCK_UN)
