@@ -222,8 +222,8 @@ class Worker:
             self.warm_capped = True
         for attempt in (0, 1):
             try:
-                fn, _ = self._prepare(impl, params, dtype, case_id)
-                with tuning.compile_only():
+                with tuning.compile_only():  # the binder's set-up calls too
+                    fn, _ = self._prepare(impl, params, dtype, case_id)
                     fn()
                 self._sync()
                 return {"status": "ok"}
