@@ -42,12 +42,15 @@ def _module():
     benched = []
 
     class CachingAutotuner:
-        def __init__(self, filename, timings, calls):
+        def __init__(self, filename, timings, calls, meta=None):
             self.filename = filename
             self.launchers = [Launcher(r, ms, calls) for r, ms in timings]
+            self.inductor_meta = meta or {}
 
         def benchmark_all_configs(self, *args, **kwargs):
             benched.append(self.filename)
+            if getattr(self, "meanwhile", None):  # what another process does while this times
+                self.meanwhile()
             return {lc: lc.ms for lc in self.launchers}
 
         def autotune_to_one_config(self, *args, **kwargs):
@@ -131,6 +134,43 @@ def test_a_compile_only_process_chooses_nothing(picks):
     assert calls[-1] == 1024 and len(other.launchers) == 1 and len(picks.benched) == 1
 
 
+def test_the_first_stored_choice_stays(picks):
+    """Two processes benchmark one kernel at once (two GPUs of a host): the one that stores
+    second takes the first one's timings, so both launch the same config."""
+    calls = []
+    first = picks.CachingAutotuner("/c/ab/cabc123.py", [(2048, 1.2), (1024, 1.0)], calls)
+    second = picks.CachingAutotuner("/c/ab/cabc123.py", [(2048, 0.9), (1024, 1.0)], calls)
+    second.meanwhile = lambda: first.run(stream=0)  # the other process stores first
+    second.run(stream=0)
+    assert calls == [1024, 1024]  # not 2048, second's own (faster there) timing
+    assert inductor_picks.counts["benchmarked"] == 2
+
+
+def test_an_unreadable_record_is_benchmarked_and_replaced(picks):
+    calls = []
+    tuner = picks.CachingAutotuner("/c/ab/cabc123.py", [(2048, 1.2), (1024, 1.0)], calls)
+    k = inductor_picks.key(tuner)
+    base = inductor_picks.folder()
+    base.mkdir(parents=True)
+    for bad in ('[1]', '"s"', '{"ms": {"R0_BLOCK: 2048, num_warps: 8": "fast", '
+                '"R0_BLOCK: 1024, num_warps: 8": 1.0}}', '{"ms": 3}', 'not json'):
+        (base / f"{k}.json").write_text(bad)
+        assert inductor_picks.stored(tuner) is None
+    tuner.run(stream=0)
+    assert calls == [1024] and picks.benched == ["/c/ab/cabc123.py"]
+    again = picks.CachingAutotuner("/c/ab/cabc123.py", [(2048, 1.2), (1024, 1.0)], calls)
+    assert inductor_picks.stored(again) is not None  # replaced by this benchmark's
+
+
+def test_coordinate_descent_is_left_to_inductor(picks):
+    calls = []
+    tuner = picks.CachingAutotuner("/c/ab/cabc123.py", [(2048, 1.2), (1024, 1.0)], calls,
+                                   meta={"coordinate_descent_tuning": True})
+    with tuning.compile_only():
+        tuner.run(stream=0)
+    assert calls == [1024] and inductor_picks.counts["deferred"] == 0
+
+
 def test_off_by_environment(monkeypatch):
     monkeypatch.setenv(inductor_picks.ENV, "0")
     monkeypatch.setitem(inductor_picks._installed, "hook", False)
@@ -174,6 +214,25 @@ def _hold(tmp_path, kind, seconds):
     return p
 
 
+def test_try_exclusive_waits_a_bounded_time(tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.setenv(gpu_lock.ENV, str(tmp_path / "lk" / "gpu0"))
+    monkeypatch.setattr(gpu_lock, "_fds", {})
+    holder = _hold(tmp_path, "shared", 1.5)  # releases after 1.5 s
+    try:
+        t0 = time.monotonic()
+        with gpu_lock.try_exclusive(wait_s=0.3) as alone:
+            assert alone is False
+        assert 0.25 < time.monotonic() - t0 < 1.4
+        with gpu_lock.try_exclusive(wait_s=20) as alone:
+            assert alone is True
+        assert time.monotonic() - t0 < 10
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_try_exclusive_takes_a_free_lock_and_never_waits(tmp_path, monkeypatch):
     monkeypatch.setenv(gpu_lock.ENV, str(tmp_path / "lk" / "gpu0"))
     monkeypatch.setattr(gpu_lock, "_fds", {})
@@ -201,3 +260,25 @@ def test_try_exclusive_takes_a_free_lock_and_never_waits(tmp_path, monkeypatch):
     monkeypatch.delenv(gpu_lock.ENV)
     with gpu_lock.try_exclusive() as alone:
         assert alone is None
+
+
+def test_a_compile_only_call_does_not_seed_the_attention_graph(monkeypatch):
+    """kernels/attention/peers.py makes each torch.compile graph's first call at SEED_SHAPE so
+    that Inductor chooses there; a compile-only call chooses nothing, so the process's first
+    measured call must seed again."""
+    import torch
+
+    from kernels.attention import peers
+
+    seeds = []
+    monkeypatch.setattr(peers, "_compiled_naive",
+                        lambda q, k, v, causal: seeds.append(tuple(q.shape)) or q.clone())
+    monkeypatch.setattr(peers, "_seeded", set())
+    q = torch.randn(1, 2, 32, 16)
+    with tuning.compile_only():
+        peers._seed(q, False)
+        peers._seed(q, False)
+    assert seeds == [(2, 64, 16), (2, 64, 16)] and not peers._seeded
+    peers._seed(q, False)
+    peers._seed(q, False)
+    assert len(seeds) == 3 and peers._seeded == {(16, False, torch.float32, "cpu", False)}

@@ -108,10 +108,12 @@ def shared() -> Iterator[None]:
 
 
 @contextmanager
-def try_exclusive() -> Iterator[bool | None]:
-    """`exclusive` if it is free now, else the block runs as it is: yields True (alone), False
-    (another process, or this one in `shared`, holds the GPU) or None (no locking). For work
-    that must not wait: a choice that would rather be made alone, but not at any cost."""
+def try_exclusive(wait_s: float = 0.0) -> Iterator[bool | None]:
+    """`exclusive` if it can be had within `wait_s` seconds, else the block runs as it is:
+    yields True (alone), False (another process, or this one in `shared`, kept the GPU) or
+    None (no locking). For work that would rather run alone but must not wait without bound
+    (Inductor's choice between two configs: harness.tuning.inductor_picks). Holding the gate
+    while it waits for the lock keeps new sharers out, as `exclusive` does."""
     base = path()
     if base is None:
         yield None
@@ -123,19 +125,18 @@ def try_exclusive() -> Iterator[bool | None]:
         yield False
         return
     gate, lock = _fd(base + ".gate"), _fd(base + ".gpu")
-    try:
-        fcntl.flock(gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    deadline = time.monotonic() + wait_s
+    t0 = time.monotonic()
+    if not _poll(gate, deadline):
         yield False
         return
     try:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _poll(lock, deadline):
             fcntl.flock(gate, fcntl.LOCK_UN)
             gate = None
             yield False
             return
+        _waited[0] += time.monotonic() - t0
         _depth["exclusive"] += 1
         try:
             yield True
@@ -145,3 +146,15 @@ def try_exclusive() -> Iterator[bool | None]:
     finally:
         if gate is not None:
             fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+def _poll(fd: int, deadline: float, every_s: float = 0.005) -> bool:
+    """flock(fd, LOCK_EX) by polling until `deadline` (time.monotonic); True if taken."""
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(every_s)

@@ -16,12 +16,17 @@ time different kernels for the same case.
   `<inductor cache>/kernel-lab-picks/<key>.json` (key: the generated kernel file, which names
   its source's hash, its configs, the GPU, torch and triton); a later process, or the next
   run with the same cache folder, reads them instead of benchmarking, so every process
-  launches the same config. The benchmark takes the run's GPU lock exclusively when no other
-  process holds it (harness.tuning.gpu_lock.try_exclusive); the file says whether it did.
+  launches the same config. The first record stays: a process that benchmarked while
+  another stored its own (two GPUs of one host) takes the stored one. The benchmark takes the
+  run's GPU lock exclusively if it is free within LOCK_WAIT_S
+  (harness.tuning.gpu_lock.try_exclusive); the record says whether it had it (`alone`). A
+  record stays until its cache folder goes: delete `<inductor cache>/kernel-lab-picks` to
+  choose again.
 - `autotune_to_one_config` under `harness.tuning.compile_only()` (compile-ahead, the time
   pass's prewarm): with no stored choice, the call launches the first config and keeps all of
   them, choosing nothing: a process that only warms caches, beside other work on the GPU, does
-  not benchmark, and does not fix this process's choice before it measures.
+  not benchmark, and does not fix this process's choice before it measures. (Coordinate-
+  descent tuning, max-autotune's, is left to Inductor.)
 
 `HARNESS_INDUCTOR_PICKS=0` leaves Inductor as it is. Without torch's Inductor, or with one whose
 autotuner lacks these methods, nothing is wrapped.
@@ -40,6 +45,12 @@ from pathlib import Path
 ENV = "HARNESS_INDUCTOR_PICKS"
 MODULE = "torch._inductor.runtime.triton_heuristics"
 FOLDER = "kernel-lab-picks"
+# How long a benchmark waits for the run's GPU lock (another process's untimed call holding it
+# shared, a timed case holding it) before it runs as it is, its record saying so (`alone`).
+# 0, as measured (docs/measurement.md): the check process's benchmarks meet the time pass's
+# second process loading graphs under the shared lock for seconds at a time, and a wait per
+# kernel was not measured against it.
+LOCK_WAIT_S = 0.0
 _installed = {"hook": False, "patched": False}
 _lock = threading.Lock()
 counts = {"reused": 0, "benchmarked": 0, "deferred": 0}
@@ -62,13 +73,13 @@ def install() -> None:
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    """Patches MODULE once its own loader has executed it (then leaves sys.meta_path)."""
+    """Patches MODULE once its own loader has executed it. It stays in sys.meta_path (taking
+    itself out while another thread walks the list could make that thread skip a finder) and
+    answers nothing once the module is patched."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != MODULE:
+        if fullname != MODULE or _installed["patched"]:
             return None
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
@@ -97,7 +108,8 @@ def _patch(module) -> None:
             return measured_or_stored(self, lambda: bench(self, *args, **kwargs))
 
         def autotune_to_one_config(self, *args, **kwargs):
-            if _compile_only() and len(self.launchers) > 1 and stored(self) is None:
+            if _compile_only() and len(self.launchers) > 1 and not _coordesc(self) \
+                    and stored(self) is None:
                 return defer(self)
             return to_one(self, *args, **kwargs)
 
@@ -123,6 +135,13 @@ def defer(autotuner) -> None:
         return run(autotuner, *args, **kwargs)
 
     autotuner.run = restore_then_run
+
+
+def _coordesc(autotuner) -> bool:
+    """Coordinate-descent tuning (max-autotune) goes on from the chosen config: left to
+    Inductor, as it is, in every process."""
+    meta = getattr(autotuner, "inductor_meta", None) or {}
+    return bool(meta.get("coordinate_descent_tuning"))
 
 
 def _compile_only() -> bool:
@@ -186,53 +205,76 @@ def read(k: str) -> dict | None:
         return None
 
 
-def write(k: str, record: dict) -> None:
+def write(k: str, record: dict, replace: bool = False) -> bool:
+    """Store `record` unless a record is there already (the first writer wins: two processes
+    that benchmarked at once, on two GPUs, then both take the first one's; `replace`: over
+    one that cannot be read). False: not stored (another was first, or the folder cannot be
+    written)."""
     base = folder()
     if base is None:
-        return
+        return False
+    tmp = base / f".{k}.{os.getpid()}.tmp"
     try:
         base.mkdir(parents=True, exist_ok=True)
-        tmp = base / f".{k}.{os.getpid()}.tmp"
         tmp.write_text(json.dumps(record, indent=1))
-        os.replace(tmp, base / f"{k}.json")
-    except OSError:  # a read-only cache folder: the next process benchmarks, as Inductor does
-        pass
+        if replace:
+            os.replace(tmp, base / f"{k}.json")
+        else:
+            os.link(tmp, base / f"{k}.json")  # atomic, and fails if the name exists
+        return True
+    except OSError:  # there already, or a read-only folder (the next process benchmarks)
+        return False
+    finally:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
 
 
 def stored(autotuner) -> dict | None:
-    """{launcher: ms} from a stored choice covering every launcher of `autotuner`, or None."""
-    k = key(autotuner)
-    rec = read(k) if k else None
-    if not rec:
-        return None
-    ms = rec.get("ms") or {}
-    out = {}
-    for lc in autotuner.launchers:
-        v = ms.get(config_name(lc.config))
-        if v is None:
+    """{launcher: ms} from a stored choice covering every launcher of `autotuner`, or None
+    (none, or one this code cannot read: benchmarked again, as Inductor would)."""
+    try:
+        k = key(autotuner)
+        rec = read(k) if k else None
+        ms = rec.get("ms") if isinstance(rec, dict) else None
+        if not isinstance(ms, dict):
             return None
-        out[lc] = float(v)
-    return out
+        out = {}
+        for lc in autotuner.launchers:
+            v = ms.get(config_name(lc.config))
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                return None
+            out[lc] = float(v)
+        return out
+    except Exception:
+        return None
 
 
 def measured_or_stored(autotuner, benchmark) -> dict:
-    """The stored timings of `autotuner`'s launchers, or `benchmark()`'s (stored for the next
-    process)."""
+    """The stored timings of `autotuner`'s launchers, or `benchmark()`'s, stored for the next
+    process; if another process stored its own meanwhile, those (one choice per host)."""
     hit = stored(autotuner)
     if hit is not None:
         counts["reused"] += 1
         return hit
     from harness.tuning import gpu_lock
 
-    with gpu_lock.try_exclusive() as alone:
+    with gpu_lock.try_exclusive(wait_s=LOCK_WAIT_S) as alone:
         timings = benchmark()
     counts["benchmarked"] += 1
     k = key(autotuner)
-    if k:
-        write(k, {"kernel": getattr(getattr(autotuner, "fn", None), "__name__", None),
-                  "file": os.path.basename(str(autotuner.filename)),
-                  "device": _device_tag(), "alone": alone, "pid": os.getpid(),
-                  "ms": {config_name(lc.config): float(v) for lc, v in timings.items()}})
+    if k is None:
+        return timings
+    record = {"kernel": getattr(getattr(autotuner, "fn", None), "__name__", None),
+              "file": os.path.basename(str(autotuner.filename)), "device": _device_tag(),
+              "alone": alone, "pid": os.getpid(),
+              "ms": {config_name(lc.config): float(v) for lc, v in timings.items()}}
+    if not write(k, record):
+        first = stored(autotuner)
+        if first is not None:  # another process stored its choice meanwhile: that one
+            return first
+        write(k, record, replace=True)  # what is there cannot be read: this one instead
     return timings
 
 
