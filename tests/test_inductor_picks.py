@@ -261,24 +261,3 @@ def test_try_exclusive_takes_a_free_lock_and_never_waits(tmp_path, monkeypatch):
     with gpu_lock.try_exclusive() as alone:
         assert alone is None
 
-
-def test_a_compile_only_call_does_not_seed_the_attention_graph(monkeypatch):
-    """kernels/attention/peers.py makes each torch.compile graph's first call at SEED_SHAPE so
-    that Inductor chooses there; a compile-only call chooses nothing, so the process's first
-    measured call must seed again."""
-    import torch
-
-    from kernels.attention import peers
-
-    seeds = []
-    monkeypatch.setattr(peers, "_compiled_naive",
-                        lambda q, k, v, causal: seeds.append(tuple(q.shape)) or q.clone())
-    monkeypatch.setattr(peers, "_seeded", set())
-    q = torch.randn(1, 2, 32, 16)
-    with tuning.compile_only():
-        peers._seed(q, False)
-        peers._seed(q, False)
-    assert seeds == [(2, 64, 16), (2, 64, 16)] and not peers._seeded
-    peers._seed(q, False)
-    peers._seed(q, False)
-    assert len(seeds) == 3 and peers._seeded == {(16, False, torch.float32, "cpu", False)}

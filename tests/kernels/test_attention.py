@@ -285,16 +285,18 @@ def test_experiment_files(name, mode, impls):
 
 
 @pytest.mark.slow
-def test_aot_build_for_sm90_without_spills():
-    """The kernels compile for Hopper (not only in the interpreter) and do not spill."""
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_aot_build_for_sm90_without_spills(dtype):
+    """The kernels compile for Hopper (not only in the interpreter) and do not spill, in both
+    16-bit dtypes (the Gluon kernels' layouts and TMA descriptors are dtype-specific)."""
     import triton
 
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
     assert tool.exists(), "the triton wheel ships ptxas on x86-64 Linux"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-m", "kernels.attention.aot_check", "--quick",
-                           "--d", "128"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+                           "--d", "128", "--dtype", dtype], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "0 configuration(s) spill" in proc.stdout
     # the TMA kernels really use TMA (cp.async.bulk.tensor), the pointer kernels never
@@ -350,6 +352,28 @@ def test_torch_compile_graphs_first_run_at_the_seed_shape(monkeypatch):
                      ((2, 32, 16), False, False), ((bh, n, 16), True, True),
                      ((4, 40, 16), True, True)]
     assert o.shape == (2, 2, 40, 16)
+
+
+def test_a_compile_only_call_is_not_the_seed(monkeypatch):
+    """A compile-only call (compile-ahead, a prewarm) chooses none of Inductor's configs
+    (harness.tuning.inductor_picks), so it does not count as the graph's seed call: the
+    process's first measured call makes it, at SEED_SHAPE, and chooses there."""
+    from harness import tuning
+    from kernels.attention import peers
+
+    seeds = []
+    monkeypatch.setattr(peers, "_compiled_naive",
+                        lambda q, k, v, causal: seeds.append(tuple(q.shape)) or q.clone())
+    monkeypatch.setattr(peers, "_seeded", set())
+    bh, n = peers.SEED_SHAPE["cpu"]
+    q = torch.randn(1, 2, 32, 16)
+    with tuning.compile_only():
+        peers._seed(q, False)
+        peers._seed(q, False)
+    assert seeds == [(bh, n, 16), (bh, n, 16)] and not peers._seeded
+    peers._seed(q, False)
+    peers._seed(q, False)
+    assert len(seeds) == 3 and peers._seeded == {(16, False, torch.float32, "cpu", False)}
 
 
 def test_torch_compile_views_keep_the_head_dim_static():
