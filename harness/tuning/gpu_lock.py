@@ -66,18 +66,9 @@ def exclusive() -> Iterator[None]:
         return
     gate, lock = _fd(base + ".gate"), _fd(base + ".gpu")
     t0 = time.monotonic()
-    fcntl.flock(gate, fcntl.LOCK_EX)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        _waited[0] += time.monotonic() - t0
-        _depth["exclusive"] += 1
-        try:
-            yield
-        finally:
-            _depth["exclusive"] -= 1
-            fcntl.flock(lock, fcntl.LOCK_UN)
-    finally:
-        fcntl.flock(gate, fcntl.LOCK_UN)
+    _take(gate, lock, None)
+    with _holding(gate, lock, t0):
+        yield
 
 
 @contextmanager
@@ -125,31 +116,47 @@ def try_exclusive(wait_s: float = 0.0) -> Iterator[bool | None]:
         yield False
         return
     gate, lock = _fd(base + ".gate"), _fd(base + ".gpu")
-    deadline = time.monotonic() + wait_s
     t0 = time.monotonic()
-    if not _poll(gate, deadline):
+    if not _take(gate, lock, t0 + wait_s):
         yield False
         return
+    with _holding(gate, lock, t0):
+        yield True
+
+
+def _take(gate: int, lock: int, deadline: float | None) -> bool:
+    """The gate, then the lock, exclusively: blocking (deadline None) or by polling until
+    `deadline` (time.monotonic). True if both are held; False (neither held) past it."""
+    if not _flock_ex(gate, deadline):
+        return False
     try:
-        if not _poll(lock, deadline):
-            fcntl.flock(gate, fcntl.LOCK_UN)
-            gate = None
-            yield False
-            return
-        _waited[0] += time.monotonic() - t0
-        _depth["exclusive"] += 1
-        try:
-            yield True
-        finally:
-            _depth["exclusive"] -= 1
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        if _flock_ex(lock, deadline):
+            return True
+    except BaseException:
+        fcntl.flock(gate, fcntl.LOCK_UN)
+        raise
+    fcntl.flock(gate, fcntl.LOCK_UN)
+    return False
+
+
+@contextmanager
+def _holding(gate: int, lock: int, t0: float) -> Iterator[None]:
+    """The block with both taken (`_take` since t0): counts the wait, nests, releases both."""
+    _waited[0] += time.monotonic() - t0
+    _depth["exclusive"] += 1
+    try:
+        yield
     finally:
-        if gate is not None:
-            fcntl.flock(gate, fcntl.LOCK_UN)
+        _depth["exclusive"] -= 1
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        fcntl.flock(gate, fcntl.LOCK_UN)
 
 
-def _poll(fd: int, deadline: float, every_s: float = 0.005) -> bool:
-    """flock(fd, LOCK_EX) by polling until `deadline` (time.monotonic); True if taken."""
+def _flock_ex(fd: int, deadline: float | None, every_s: float = 0.005) -> bool:
+    """flock(fd, LOCK_EX): blocking (deadline None), else polled until `deadline`."""
+    if deadline is None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return True
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
