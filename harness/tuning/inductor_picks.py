@@ -33,6 +33,7 @@ autotuner lacks these methods, nothing is wrapped.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.abc
 import importlib.machinery
@@ -182,7 +183,9 @@ def key_of(filename: str, config_names: list[str], device: str) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
+@functools.lru_cache(maxsize=None)
 def _device_tag() -> str:
+    """The GPU and the versions a choice was made with (one per process: read once)."""
     import torch
 
     try:
