@@ -58,11 +58,8 @@ def exclusive() -> Iterator[None]:
     """The GPU to this process alone for the block (see the module doc)."""
     base = path()
     if base is None or _depth["exclusive"]:
-        _depth["exclusive"] += 1
-        try:
+        with _counted("exclusive"):
             yield
-        finally:
-            _depth["exclusive"] -= 1
         return
     gate, lock = _fd(base + ".gate"), _fd(base + ".gpu")
     t0 = time.monotonic()
@@ -80,22 +77,15 @@ def shared() -> Iterator[None]:
         yield
         return
     if _depth["shared"]:
-        _depth["shared"] += 1
-        try:
+        with _counted("shared"):
             yield
-        finally:
-            _depth["shared"] -= 1
         return
     gate, lock = _fd(base + ".gate"), _fd(base + ".gpu")
     fcntl.flock(gate, fcntl.LOCK_EX)  # a timer holding or waiting for the lock goes first
     fcntl.flock(gate, fcntl.LOCK_UN)
     fcntl.flock(lock, fcntl.LOCK_SH)
-    _depth["shared"] += 1
-    try:
+    with _counted("shared", lock):
         yield
-    finally:
-        _depth["shared"] -= 1
-        fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @contextmanager
@@ -143,13 +133,21 @@ def _take(gate: int, lock: int, deadline: float | None) -> bool:
 def _holding(gate: int, lock: int, t0: float) -> Iterator[None]:
     """The block with both taken (`_take` since t0): counts the wait, nests, releases both."""
     _waited[0] += time.monotonic() - t0
-    _depth["exclusive"] += 1
+    with _counted("exclusive", lock, gate):
+        yield
+
+
+@contextmanager
+def _counted(kind: str, *held: int) -> Iterator[None]:
+    """The block counted in _depth[kind] (what nested blocks of this process see), then the
+    `held` files unlocked, in that order."""
+    _depth[kind] += 1
     try:
         yield
     finally:
-        _depth["exclusive"] -= 1
-        fcntl.flock(lock, fcntl.LOCK_UN)
-        fcntl.flock(gate, fcntl.LOCK_UN)
+        _depth[kind] -= 1
+        for fd in held:
+            fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def _flock_ex(fd: int, deadline: float | None, every_s: float = 0.005) -> bool:
