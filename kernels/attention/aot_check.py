@@ -62,8 +62,10 @@ def build_gluon(D: int, causal: bool, config: tuple, dtype: str = "fp16") -> Bui
     dq, dk, dv, do = fg.descriptors([rows] * 4, bn)
     sig = {"desc_q": dq, "desc_k": dk, "desc_v": dv, "desc_o": do,
            "LSE": "*fp32", "n_ctx": "i32", "qk_scale": "fp32"}
+    wg = bm // fg.SUB_M
     consts = {"BLOCK_N": bn, "STAGES": stages, "CAUSAL": causal, "OVERLAP": True,
-              "PINGPONG": False}  # the variant the Tuner's TMA: 4 launches
+              "PINGPONG": False, "NUM_WG": wg,  # the variant the Tuner's TMA: 4 launches
+              "CONSUMER_REGS": fg.CONSUMER_REGS[wg], "HEADS_FIRST": False}
     c = compile_gluon_cost(fg._flash_fwd_gluon_kernel, {**sig, **{k: "constexpr" for k in consts}},
                            consts, warps)
     return Build("gluon_tma", D, causal, tuple(config), c.regs, c.stack, c.smem_bytes, c.wgmma,

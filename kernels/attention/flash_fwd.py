@@ -59,18 +59,22 @@ FIELDS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
 # with no spill, and two 8-warp programs (96 KiB of shared memory each) share an SM instead of
 # one; timed with the TMA configs where N allows (flash_fwd_tma.CAPPED_CONFIGS;
 # experiments/tune/flash_fwd_regs.yaml). TMA 4 is the Gluon kernel of flash_fwd_gluon.py (FA3's
-# form: a TMA producer warp, two consumer warpgroups with explicit asynchronous wgmma, the
-# softmax of one key tile overlapping the P V product of the previous one): BLOCK_M 128 and
-# num_warps 4 (a consumer warpgroup's) fixed, num_stages the K/V ring depth; Hopper only, timed
-# with the TMA configs where it runs.
+# form: a TMA producer warp, consumer warpgroups with explicit asynchronous wgmma, the softmax
+# of one key tile overlapping the P V product of the previous one): BLOCK_M 128 or, at D=64,
+# 192 (two or three consumer warpgroups; 192 with 128-row key tiles, the one exception to
+# BLOCK_M % BLOCK_N == 0: each warpgroup masks from its own diagonal) and num_warps 4 (a
+# consumer warpgroup's) fixed, num_stages the K/V ring depth; Hopper only, timed with the TMA
+# configs where it runs.
 FWD_FIELDS = (*FIELDS, "TMA")
 # what a YAML config may force (harness variants): the values above plus tile sizes tl.dot takes
 _tuner = Tuner("attention.flash_fwd", FWD_FIELDS,
                configs=[*FWD_CONFIGS[128], *FWD_CONFIGS[64], *SMALL_D_CONFIGS, INTERPRETER_CONFIG],
-               values={"BLOCK_M": (16, 32, 64, 128, 256), "BLOCK_N": (16, 32, 64, 128),
+               values={"BLOCK_M": (16, 32, 64, 128, 192, 256), "BLOCK_N": (16, 32, 64, 128),
                        "num_warps": (2, 4, 8, 16), "num_stages": range(1, 7), "TMA": (0, 1, 2, 3, 4)},
-               rules=[Rule(("BLOCK_M", "BLOCK_N"), lambda m, n: m % n == 0,
-                           "BLOCK_M % BLOCK_N == 0")])
+               rules=[Rule(("BLOCK_M", "BLOCK_N"), lambda m, n: m % n == 0 or m == 192,
+                           "BLOCK_M % BLOCK_N == 0 (BLOCK_M 192: the Gluon kernel, TMA 4)"),
+                      Rule(("BLOCK_M", "TMA"), lambda m, t: m != 192 or t == 4,
+                           "BLOCK_M 192 is the Gluon kernel's (TMA 4) only")])
 
 
 @triton.jit
@@ -289,7 +293,7 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
                              timed=uses_tma)
     elif len(config) == 4:
         config = (*config, 0)
-    if config[0] % config[1]:
+    if config[0] % config[1] and config[4] != 4:  # the Gluon kernel checks its own tiles
         raise ValueError(f"BLOCK_M must be a multiple of BLOCK_N, got config {config}")
     launch(config)
     return o, lse

@@ -6,6 +6,11 @@ checked on the GPU by the harness's check pass (every triton_flash case of
 experiments/flash.yaml) and tools/device/gluon_fwd_check.py."""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -15,7 +20,7 @@ import kernels._gluon
 from harness import tuning
 from harness.execute.correctness import check
 from kernels.attention import flash_fwd, flash_fwd_gluon, flash_fwd_tma
-from test_attention import OP, _qkv, _within_rule
+from test_attention import OP, ROOT, _qkv, _within_rule
 from test_attention import _params as attention_params
 from kernels.attention import reference as ref
 
@@ -53,6 +58,16 @@ def test_shape_and_config_rules(monkeypatch):
     assert "needs triton >= 3.6" in flash_fwd_gluon.unsupported(4096, 128, gpu)
     assert flash_fwd_gluon.configs_for(128, 4096) == flash_fwd_gluon.GLUON_CONFIGS[128]
     assert flash_fwd_gluon.configs_for(64, 4160) == []
+    # 192-row tiles (D=64) overhang N = 4096 = 21 x 192 + 64: offered all the same
+    assert (192, 128, 4, 3) in flash_fwd_gluon.configs_for(64, 4096)
+    assert flash_fwd_gluon.configs_for(64, 4096) == flash_fwd_gluon.GLUON_CONFIGS[64]
+    with pytest.raises(ValueError, match="BLOCK_M 192 .* takes D=64 only"):
+        flash_fwd_gluon.check_config((192, 128, 4, 2), 128)
+    assert flash_fwd_gluon.smem_bytes((192, 128, 4, 3), 64) == 2 * (192 * 64 + 3 * 2 * 128 * 64)
+    # the Tuner's rules: BLOCK_M 192 with 128-row key tiles, and only for the Gluon form
+    assert flash_fwd._tuner.violated({"BLOCK_M": 192, "BLOCK_N": 128, "TMA": 4}) is None
+    assert "Gluon kernel's (TMA 4) only" in flash_fwd._tuner.violated({"BLOCK_M": 192, "TMA": 1})
+    assert "BLOCK_M % BLOCK_N" in flash_fwd._tuner.violated({"BLOCK_M": 128, "BLOCK_N": 96})
     for D, cfgs in flash_fwd_gluon.GLUON_CONFIGS.items():
         for cfg in cfgs:
             flash_fwd_gluon.check_config(cfg, D)
@@ -102,4 +117,57 @@ def test_tuner_times_the_gluon_form_where_it_runs(causal, monkeypatch):
     with tuning.forcing({"attention.flash_fwd": {"TMA": 4, "num_stages": 3}}):
         o, lse = flash_fwd.flash_forward(q, k, v, causal)
     assert launches == [(128, 128, 4, 3)]
+    with tuning.forcing({"attention.flash_fwd": {"BLOCK_M": 192, "TMA": 4}}):
+        flash_fwd.flash_forward(q, k, v, causal)
+    assert launches[-1] == (192, 128, 4, 2)  # the three-warpgroup tile reaches the launcher
     _within_rule(o, (q, k, v), lambda a, b, c: ref.reference_forward(a, b, c, causal=causal))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("causal", [False, True])
+def test_three_warpgroup_tile_builds_for_sm90(causal):
+    """BLOCK_M 192 (D=64) builds for sm_90 as 16 warps: three 4-warp consumers and the
+    producer's warpgroup, 128 registers per thread at launch (setmaxnreg re-divides them:
+    3 x 160 + 24), with a third more wgmmas than the two-warpgroup tile. The non-causal build
+    does not spill; the causal one spills a few words (88 bytes of stack in triton 3.9's
+    build), and measured faster than the 128-row tile on
+    an H100 all the same."""
+    code = ("import json, sys; from kernels.attention.aot_check import build_gluon as b; "
+            "print(json.dumps([vars(b(64, sys.argv[1] == '1', c)) "
+            "for c in ((128, 128, 4, 2), (192, 128, 4, 2))]))")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # a real build
+    proc = subprocess.run([sys.executable, "-c", code, str(int(causal))], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    two, three = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert three["regs"] == 128 and two["regs"] == 168
+    assert three["wgmma"] == 3 * two["wgmma"] // 2
+    assert three["smem_bytes"] >= flash_fwd_gluon.smem_bytes((192, 128, 4, 2), 64)
+    if not causal:
+        assert three["stack"] == 0
+
+
+@pytest.mark.parametrize("D, cfg, causal, grid, heads_first", [
+    (64, (192, 128, 4, 2), True, (6, 22), True),  # 4096 = 21 x 192 + 64: 22 tiles, heads first
+    (64, (192, 128, 4, 3), False, (22, 6), False),
+    (64, (128, 128, 4, 2), True, (32, 6), False),
+    (128, (128, 128, 4, 2), True, (32, 6), False),
+])
+def test_launch_grid_and_parts(D, cfg, causal, grid, heads_first, monkeypatch):
+    """What the launcher hands the kernel (the kernel itself replaced: Gluon needs a GPU): the
+    grid covers N with whole tiles (a 192-row tile overhangs N = 4096), the consumer count and
+    registers follow BLOCK_M, and causal three-warpgroup launches walk the heads first."""
+    launched = []
+
+    class Kernel:
+        def __getitem__(self, g):
+            return lambda *args, **kw: launched.append((g, kw))
+
+    monkeypatch.setattr(flash_fwd_gluon, "_flash_fwd_gluon_kernel", Kernel())
+    q = torch.zeros(2, 3, 4096, D, dtype=torch.float16)  # only shapes and types are read
+    lse = torch.zeros(2, 3, 4096)
+    flash_fwd_gluon.gluon_launcher(q, q, q, q, lse, causal)(cfg)
+    (g, kw), = launched
+    assert g == grid and kw["HEADS_FIRST"] is heads_first
+    assert kw["NUM_WG"] == cfg[0] // 64 and kw["CONSUMER_REGS"] == (160 if cfg[0] == 192 else 240)
+    assert (kw["BLOCK_N"], kw["STAGES"], kw["CAUSAL"]) == (cfg[1], cfg[3], causal)

@@ -3,7 +3,8 @@ GPU: is each variant correct, and roughly how fast, before it is offered to the 
 not the measurement: the figures that count come from `python -m harness run
 experiments/flash.yaml` (the Tuner times the Gluon configs beside the TMA ones).
 
-    python3 tools/device/gluon_fwd_check.py [--quick]          (device: sm_90)
+    python3 tools/device/gluon_fwd_check.py [--quick | --small] [--dims 64] [--default]
+                                                                   (device: sm_90)
 
 Per shape (16k tokens, H=16, as experiments/flash.yaml) and variant (OVERLAP x PINGPONG) x
 config: the largest |o - o_ref| (o_ref: SDPA's math backend in fp32 on the same inputs) next to
@@ -42,14 +43,18 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="N=4096 only, fp16")
     ap.add_argument("--small", action="store_true",
                     help="the edges: N = 128 (one query tile, one key tile), 256, 384; H=3")
+    ap.add_argument("--dims", type=int, nargs="+", default=[128, 64], help="head dims")
+    ap.add_argument("--default", action="store_true",
+                    help="only the variant the Tuner's TMA: 4 launches (OVERLAP, no PINGPONG)")
     a = ap.parse_args(argv)
+    variants = [(True, False)] if a.default else VARIANTS
     H = 3 if a.small else 16
     shapes = ([(2, 128), (1, 256), (3, 384)] if a.small else [(4, 4096)] if a.quick
               else [(8, 2048), (4, 4096), (1, 16384)])
     dtypes = [torch.float16] if a.quick else [torch.float16, torch.bfloat16]
     bad = 0
     for dtype in dtypes:
-        for D in (128, 64):
+        for D in a.dims:
             for causal in (False, True):
                 for B, N in shapes:
                     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -77,7 +82,7 @@ def main(argv=None) -> int:
                     lse = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
                     launch = fg.gluon_launcher(q, k, v, o, lse, causal)
                     for cfg in fg.configs_for(D, N):
-                        for overlap, pingpong in VARIANTS:
+                        for overlap, pingpong in variants:
                             o.fill_(float("nan"))
                             lse.fill_(float("nan"))
                             launch(cfg, overlap, pingpong)
