@@ -44,9 +44,9 @@ expects) with plain stores.
 
 Causal: key tiles above the diagonal are never loaded; only the tiles of the diagonal band are
 masked. Programs take the heaviest query tiles first: within a head with two parts, across the
-heads with three (the grid's fast axis then walks the heads; see gluon_launcher). With three parts, each part masks from its
-own diagonal on and only releases (waits for and arrives on the rings' barriers) the key tiles
-past it, which its neighbours still need.
+heads with three (the grid's fast axis then walks the heads; see gluon_launcher). With three
+parts, each part masks from its own diagonal on and only releases (waits for and arrives on
+the rings' barriers) the key tiles past it, which its neighbours still need.
 
 Limits: N a multiple of 128 (the descriptors are (B*H*N, D) row views; a box past a head's end
 would read the next head), D 64 or 128 (BLOCK_M 192: D=64 only), fp16/bf16, sm_90 (wgmma). A
@@ -82,8 +82,8 @@ CONSUMER_REGS = {2: 240, 3: 160}
 # softmax's exponentials weigh as much as the matrix products and a third warpgroup gives the
 # SM more of them to interleave); num_warps is a consumer partition's (the kernel runs
 # BLOCK_M / 16 + 4 warps: the producer's warp is rounded up to a warpgroup), num_stages the K/V
-# ring depth. Shared memory: Q 2 x 64 x D + STAGES x
-# BLOCK_N x D for K and for V, 16-bit: D=128, BLOCK_N=128: 160 KiB at 2 stages, 224 at 3.
+# ring depth. Shared memory: Q BLOCK_M x D + STAGES x BLOCK_N x D for K and for V, 16-bit:
+# D=128, BLOCK_N=128: 160 KiB at 2 stages, 224 at 3; D=64, BLOCK_M=192: 88 KiB and 120 KiB.
 # On an H200 (tools/device/gluon_fwd_check.py --quick, N=4096 fp16, this kernel) 64-row key tiles
 # ran 0.84-0.91x the 128-row ones at D=128 and at D=64: not timed.
 GLUON_CONFIGS = {
