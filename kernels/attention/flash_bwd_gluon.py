@@ -47,7 +47,14 @@ not bitwise deterministic (the Triton backward is).
 Causal: a key tile's query tiles start at its own first row (the ones above see none of its
 keys); its two 64-row diagonal tiles are masked. Programs with the most query tiles start first.
 
-Limits: D = 128, N a multiple of 128, fp16/bf16, sm_90. Gluon does not run in the CPU
+D=64 (since the kernel took D=128 only): the same kernel; each consumer's dQ half is then 32
+columns, and the K tile's swizzle is narrowed to 64 bytes so that a half is whole swizzle atoms
+(the dQ products' B operands; at 128 bytes a 32-column slice would cut an atom). One H100
+(experiments/flash_bwd.yaml's D=64 cases, runs ...-7341 -> ...-783a in one call): picked at
+N >= 4096, 1.02-1.19x the two-kernel form, 0.92-0.97x cuDNN there (0.80-0.95x before); peak
+memory 225 -> 289 MiB at 16k tokens x 16 heads (cuDNN's 289).
+
+Limits: D 64 or 128, N a multiple of 128, fp16/bf16, sm_90. Gluon does not run in the CPU
 interpreter: on the CPU the kernel is built for sm_90 ahead of time (kernels/attention/
 aot_check.py).
 """
@@ -68,7 +75,7 @@ from kernels.attention.flash_fwd import LOG2E, _cast, interp_bf16_flag
 BLOCK_N = 128  # two consumer warpgroups of 64 key rows
 BLOCK_M = 64   # query rows per step
 CONSUMER_WARPS = 4
-HEAD_DIMS = (128,)
+HEAD_DIMS = (64, 128)
 # (BLOCK_M, BLOCK_N, num_warps, num_stages): num_warps is a consumer partition's, num_stages
 # the Q/dO ring depth. Shared memory at D=128, 16-bit: K and V 2 x 32 KiB, dS 2 x 16 KiB, the
 # dQ halves 2 x 16 KiB (fp32), and per stage Q and dO 2 x 16 KiB with 2 x 256 B of LSE and
@@ -76,7 +83,7 @@ HEAD_DIMS = (128,)
 # alignment: 226 KiB at 3). Spills: none in the GPU's triton 3.6 build at 2 stages, 2-4 words at
 # 3 (CompiledKernel.n_spills); the local triton 3.9 sm_90 build spills 64 B at 2 stages
 # non-causal, none at 3 (the first config, the one `aot_check --quick` builds).
-GLUON_CONFIGS = {128: [(64, 128, 4, 3), (64, 128, 4, 2)]}
+GLUON_CONFIGS = {128: [(64, 128, 4, 3), (64, 128, 4, 2)], 64: [(64, 128, 4, 3), (64, 128, 4, 2)]}
 SMEM_LIMIT = 232448
 CAST_BLOCK = 1024
 
@@ -290,7 +297,7 @@ def unsupported(N: int, D: int, device: torch.device) -> str | None:
         return (f"the Gluon backward adds dQ by a TMA reduce-add, which this triton "
                 f"({triton.__version__}) does not build")
     if D not in HEAD_DIMS:
-        return f"the Gluon backward takes head dim 128, got D={D}"
+        return f"the Gluon backward takes head dim 64 or 128, got D={D}"
     if N % BLOCK_N:
         return (f"TMA boxes are whole key tiles of a head: N must be a multiple of {BLOCK_N}, "
                 f"got N={N}")
@@ -339,7 +346,11 @@ def descriptors(q, k, v, do, dqa, lse, delta) -> list:
     def desc(t, box, dt):
         return GluonDescriptor.from_tensor(t, box, gl.NVMMASharedLayout.get_default_for(box, dt))
     flat = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
-    return [desc(q, [BLOCK_M, D], gdt), desc(k, [BLOCK_N, D], gdt), desc(v, [BLOCK_N, D], gdt),
+    # K's swizzle no wider than a dQ half's columns (D/2 x 2 bytes), so that each consumer's
+    # column half of the K tile is whole swizzle atoms (the dQ products' B operands)
+    k_desc = (desc(k, [BLOCK_N, D], gdt) if D >= 128 else GluonDescriptor.from_tensor(
+        k, [BLOCK_N, D], gl.NVMMASharedLayout(swizzle_byte_width=D, element_bitwidth=16, rank=2)))
+    return [desc(q, [BLOCK_M, D], gdt), k_desc, desc(v, [BLOCK_N, D], gdt),
             desc(do, [BLOCK_M, D], gdt),
             desc(dqa, [BLOCK_M, D // 2], gl.float32),
             GluonDescriptor.from_tensor(lse, [BLOCK_M], flat),

@@ -42,20 +42,22 @@ def test_forced_on_the_cpu_is_the_case_error():
 
 
 def test_shape_and_config_rules(monkeypatch):
-    """On a (faked) GPU: Hopper only, D=128, N a multiple of 128; configs within the kernel's
+    """On a (faked) GPU: Hopper only, D 64 or 128, N a multiple of 128; configs within the kernel's
     fixed tiles and shared memory."""
     gpu = torch.device("cuda")
     monkeypatch.setattr(kernels._common, "interpreted", lambda: False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     assert flash_bwd_gluon.unsupported(4096, 128, gpu) is None
     assert "multiple of 128, got N=4032" in flash_bwd_gluon.unsupported(4032, 128, gpu)
-    assert "head dim 128, got D=64" in flash_bwd_gluon.unsupported(4096, 64, gpu)
+    assert flash_bwd_gluon.unsupported(4096, 64, gpu) is None
+    assert "head dim 64 or 128, got D=32" in flash_bwd_gluon.unsupported(4096, 32, gpu)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (10, 0))
     assert "wgmma (sm_90); this GPU is sm_100" in flash_bwd_gluon.unsupported(4096, 128, gpu)
     monkeypatch.setattr(kernels._gluon, "triton_version", lambda: (3, 5))
     assert "needs triton >= 3.6" in flash_bwd_gluon.unsupported(4096, 128, gpu)
     assert flash_bwd_gluon.configs_for(128, 4096) == flash_bwd_gluon.GLUON_CONFIGS[128]
-    assert flash_bwd_gluon.configs_for(64, 4096) == []
+    assert flash_bwd_gluon.configs_for(64, 4096) == flash_bwd_gluon.GLUON_CONFIGS[64]
+    assert flash_bwd_gluon.configs_for(32, 4096) == []
     for cfg in flash_bwd_gluon.GLUON_CONFIGS[128]:
         flash_bwd_gluon.check_config(cfg, 128)
     for cfg, field in (((128, 128, 4, 2), "tiles are BLOCK_M 64, BLOCK_N 128"),
