@@ -92,8 +92,8 @@ def bwd_tuners(prefix: str, tma_field: bool = False) -> tuple[Tuner, Tuner]:
 # where they picked TMA for both kernels at every D=128 shape: twice the candidates to compile
 # and time, for a difference within the two impls' pick noise.
 # TMA 4 (dK/dV Tuner only) is flash_bwd_gluon.py's one-pass kernel (FA3's form: dK, dV and dQ
-# in one kernel, dQ added by TMA reductions; Hopper, D 64 or 128): where it is a candidate, the dQ
-# Tuner picks first and every dK/dV candidate is timed as a whole backward (see
+# in one kernel, dQ added by TMA reductions; Hopper, D 64 or 128): where it is a candidate, the
+# dQ Tuner picks first and every dK/dV candidate is timed as a whole backward (see
 # flash_backward). On an H100 over experiments/flash_bwd.yaml (runs ...-5408 -> ...-b953 in one
 # lease, then ...-4983): triton_flash 1.08-1.34x faster at D=128 (N=1024 causal stays on the
 # two-kernel form), 0.97-1.07x cuDNN at D=128 N >= 4096 where it was 0.76-0.88x. At D=64
