@@ -316,7 +316,10 @@ if gluon is not None:
         fence_async_shared()
         q_row = head_row + start_m
         lse_row = bh.to(gl.int64) * n_ctx + start_m
-        # warps and registers per thread of the workers: consumers 1.., the producer
+        # warps and registers per thread of the workers: consumers 1.., the producer. The
+        # partitions' argument lists are spelled out: built as one shared tuple plus each WG
+        # (`(0,) + args`), triton 3.9's Gluon frontend handed the layouts tuples instead of
+        # constexprs (get_mma_layout refused them).
         if NUM_WG == 3:
             gl.warp_specialize([
                 (_consumer, (desc_o, LSE, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
