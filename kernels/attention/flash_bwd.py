@@ -102,11 +102,8 @@ _dkdv_tuner, _dq_tuner = bwd_tuners("attention.flash_bwd", tma_field=True)
 
 
 @triton.jit
-def _bwd_preprocess(O, DO, DELTA, DQ_ACC, n_ctx, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
-                    ZERO_DQ: tl.constexpr):
-    """DELTA[bh, i] = sum_d O[bh, i, d] * DO[bh, i, d]; O, DO (B*H, N, D); DELTA (B*H, N).
-    ZERO_DQ: also zero the same rows of DQ_ACC (B*H, N, D) fp32, the dQ buffer the one-pass
-    Gluon backward adds into (flash_bwd_gluon.py), so that it costs no kernel of its own."""
+def _bwd_preprocess(O, DO, DELTA, n_ctx, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
+    """DELTA[bh, i] = sum_d O[bh, i, d] * DO[bh, i, d]; O, DO (B*H, N, D); DELTA (B*H, N)."""
     bh = tl.program_id(1).to(tl.int64)
     offs_m = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -117,18 +114,13 @@ def _bwd_preprocess(O, DO, DELTA, DQ_ACC, n_ctx, HEAD_DIM: tl.constexpr, BLOCK: 
     do = tl.load(DO + ptrs, mask=ok[:, None], other=0.0).to(tl.float32)
     # write BLOCK floats
     tl.store(DELTA + bh * n_ctx + offs_m, tl.sum(o * do, axis=1), mask=ok)
-    if ZERO_DQ:
-        # write BLOCK x D floats of zeros
-        tl.store(DQ_ACC + ptrs, tl.zeros([BLOCK, HEAD_DIM], dtype=tl.float32), mask=ok[:, None])
 
 
-def preprocess(o, do, delta, dq_acc=None) -> None:
-    """delta = rowsum(o * do) (B, H, N) fp32 for o, do (B, H, N, D); with `dq_acc` (B*H*N, D)
-    fp32, zero it in the same kernel."""
+def preprocess(o, do, delta) -> None:
+    """delta = rowsum(o * do) (B, H, N) fp32 for o, do (B, H, N, D)."""
     B, H, N, D = o.shape
-    _bwd_preprocess[(triton.cdiv(N, PRE_BLOCK), B * H)](
-        o, do, delta, delta if dq_acc is None else dq_acc, N, HEAD_DIM=D, BLOCK=PRE_BLOCK,
-        ZERO_DQ=dq_acc is not None, num_warps=4)
+    _bwd_preprocess[(triton.cdiv(N, PRE_BLOCK), B * H)](o, do, delta, N, HEAD_DIM=D,
+                                                         BLOCK=PRE_BLOCK, num_warps=4)
 
 
 @triton.jit
@@ -310,8 +302,7 @@ def flash_backward(q, k, v, o, lse, do, causal: bool,
            if tma_ok else None)
     no_gluon = flash_bwd_gluon.unsupported(N, D, q.device)
     gluon = (None if no_gluon else
-             flash_bwd_gluon.gluon_launcher(q, k, v, do, lse, delta, dk, dv, causal))
-    scratch: list[torch.Tensor] = []
+             flash_bwd_gluon.gluon_launcher(q, k, v, do, lse, delta, dq, dk, dv, causal))
 
     def need_tma(cfg):
         if tma is None:
@@ -377,16 +368,11 @@ def flash_backward(q, k, v, o, lse, do, causal: bool,
     def timed_dkdv(cfg):
         # where the one-pass form is a candidate every candidate is timed as a whole backward
         # but the delta kernel: a two-kernel one with the dQ kernel the dQ Tuner picked, the
-        # one-pass one with its dQ cast, into a scratch dQ buffer it zeroes after (the writes
-        # its measured calls add to the delta kernel). Without the cast, small shapes went to
-        # the one-pass form where a whole backward ran 1.04-1.05x slower (N=1024 causal, H100).
+        # one-pass one as it runs (its dQ cast is in the kernel). Timing the one-pass kernel
+        # without its cast (a separate kernel then), small shapes went to the one-pass form
+        # where a whole backward ran 1.04-1.05x slower (N=1024 causal, H100).
         if cfg[4] == 4:
-            if not scratch:
-                scratch.append(torch.zeros((B * H * N, D), device=q.device,
-                                           dtype=torch.float32))
-            need_gluon(cfg)(cfg[:4], scratch[0])
-            flash_bwd_gluon.cast_dq(scratch[0], dq)
-            scratch[0].zero_()
+            need_gluon(cfg)(cfg[:4])
             return
         launch_dkdv(cfg)
         if one_pass:
@@ -397,13 +383,10 @@ def flash_backward(q, k, v, o, lse, do, causal: bool,
         dkdv_config = tuple(_dkdv_tuner.pick(
             ("dkdv", *key), cands + [(*c, 1) for c in tma_dkdv] + one_pass, timed_dkdv,
             timed=uses_tma))
-    scratch.clear()
     if dkdv_config[4] == 4:
         launch = need_gluon(dkdv_config)  # it checks the config
-        dq_acc = torch.empty((B * H * N, D), device=q.device, dtype=torch.float32)
-        preprocess(o, do, delta, dq_acc)
-        launch(dkdv_config[:4], dq_acc)
-        flash_bwd_gluon.cast_dq(dq_acc, dq)
+        preprocess(o, do, delta)
+        launch(dkdv_config[:4])
         return dq, dk, dv
     if dq_unlogged:  # a dQ kernel runs after all: its pick is the case's too
         dq_config = pick_dq()

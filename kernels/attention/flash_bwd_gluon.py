@@ -1,5 +1,5 @@
 """FlashAttention backward for Hopper written in Gluon, in the form of FlashAttention-3: one
-kernel walks each key tile's query tiles once and adds dQ into an fp32 buffer with TMA
+kernel walks each key tile's query tiles once and adds dQ into fp32 buffers with TMA
 reductions, where flash_bwd.py's two kernels recompute Q K^T and dO V^T a second time for dQ
 (five matmuls per tile pair instead of seven).
 
@@ -10,7 +10,8 @@ at once, it needs 255 registers and spills (an H100, triton 3.6, at (64, 128, 8,
 what FA3 uses: asynchronous wgmma, a TMA producer warp, two consumer warpgroups with 240
 registers each.
 
-One program: BLOCK_N = 128 key rows of one head, grid (N / 128, B*H).
+One program: BLOCK_N = 128 key rows of one head; B*H*N / 128 programs, each taking its (head,
+key tile) from an atomic ticket (below).
 - a 1-warp producer partition (24 registers) loads K and V once (TMA), then streams 64-row
   tiles of Q and dO, with their 64 floats of LSE and delta, into STAGES-deep rings, each slot
   with a ready and an empty mbarrier;
@@ -23,8 +24,8 @@ One program: BLOCK_N = 128 key rows of one head, grid (N / 128, B*H).
       dK  += dS^T Q         (dS^T from registers); dS^T also to shared memory, where the
                              two consumers' halves make dS (64 x 128) for
       dQ[:, D half w] = dS K[:, D half w]               (consumer w: its half of dQ's columns)
-  and the dQ half leaves through shared memory by a TMA reduce-add (cp.reduce.async.bulk) into
-  the fp32 buffer: (N / 128) adds per dQ element, in L2.
+  and the dQ half, times 1/sqrt(D), leaves through shared memory by a TMA reduce-add
+  (cp.reduce.async.bulk) into the head's fp32 buffer: (N / 128) adds per dQ element, in L2.
 dS is double-buffered; a ready mbarrier (both halves written) and a free one (both consumers'
 dQ products done) per buffer order the two consumers. The dQ products' B operands are column
 halves of the K tile in shared memory.
@@ -40,9 +41,23 @@ that lease, whose own cuDNN figures moved by up to 12 % between two timings). Th
 harness (experiments/flash_bwd.yaml, runs in reports/examples/): 0.97-1.07x cuDNN at D=128,
 N >= 4096.
 
-Then dQ = sum * 1/sqrt(D) in q's dtype (a Triton cast kernel). Memory: the fp32 dQ buffer
-(twice dQ's size) during the call. dQ's sums are added in whatever order programs reach them:
-not bitwise deterministic (the Triton backward is).
+The fp32 dQ buffers are a ring of `ring_slots` heads' (B*H*N*D floats until this stop: twice
+dQ's size, peak memory 577 MiB at D=128 where the two-kernel form holds 449 and cuDNN 577).
+Programs draw tickets in the order they start, so heads start in order; head h adds into slot
+h % ring once head h - ring has left it: head h - ring's last program (a per-head count of
+programs done) reads the slot back (ld.global.cg, after an acquire), writes dQ in q's dtype,
+zeroes the slot and bumps the slot's turn, on which head h's programs wait before they start.
+A program waits only on programs holding earlier tickets, which are running: no deadlock,
+whatever order the GPU starts programs in. Before counting itself done a consumer waits for
+its reductions to be written (cp.async.bulk.wait_group 0; tma.store_wait only waits until
+shared memory has been read) and fences them (fence.proxy.async.global). The last `ring`
+heads are not cast in the kernel: their slots are not needed again, and the launcher copies
+them out after it on the whole GPU (the last head's cast alone on one SM was the run's tail).
+One H100, flash_bwd.yaml's triton_flash and sdpa_cudnn cases (runs ...-016d -> ...-4826, one
+call): peak memory at D=128, N >= 4096, 577 -> 465-489 MiB (D=64: 289 -> 233-245; the
+two-kernel form 449 and 225); triton_flash 4 faster, 32 same, 4 ambiguous, none slower;
+0.99-1.07x cuDNN at D=128, N >= 4096 (the 0.99: non-causal N=8192 fp16). dQ's sums are added
+in whatever order programs reach them: not bitwise deterministic (the Triton backward is).
 
 Causal: a key tile's query tiles start at its own first row (the ones above see none of its
 keys); its two 64-row diagonal tiles are masked. Programs with the most query tiles start first.
@@ -64,13 +79,12 @@ import math
 
 import torch
 import triton
-import triton.language as tl
 
 from kernels._gluon import GluonDescriptor, cta_barrier, fence_async_shared, gl, gluon
 from kernels._gluon import hopper_unavailable, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from kernels._gluon import tma_atomic_add as _tma_atomic_add
 from kernels._gluon import tma_load as _tma_load
-from kernels.attention.flash_fwd import LOG2E, _cast, interp_bf16_flag
+from kernels.attention.flash_fwd import LOG2E
 
 BLOCK_N = 128  # two consumer warpgroups of 64 key rows
 BLOCK_M = 64   # query rows per step
@@ -88,7 +102,7 @@ HEAD_DIMS = (64, 128)
 GLUON_CONFIGS = {128: [(64, 128, 4, 3), (64, 128, 4, 2)],
                  64: [(64, 128, 4, 3), (64, 128, 4, 2)]}
 SMEM_LIMIT = 232448
-CAST_BLOCK = 1024
+CAST_ROWS = 64  # rows of a slot per step of the in-kernel cast
 
 
 if gluon is not None:
@@ -122,9 +136,21 @@ if gluon is not None:
             _tma_load(desc_delta, [row], do_ready.index(s), delta_smem.index(s))
 
     @gluon.jit
+    def _writes_landed(NW: gl.constexpr):
+        """Wait until this thread's TMA reductions have been written to global memory (not
+        only read from shared memory: tma.store_wait waits for that), then order them and this
+        thread's earlier generic writes before its later accesses of either proxy. Once per
+        thread of the partition (the thread that issued the copies among them)."""
+        one: gl.constexpr = gl.BlockedLayout([1], [32], [NW], [0])
+        gl.inline_asm_elementwise(
+            "cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;\n\tmov.u32 $0, 0;",
+            "=r,r", [gl.full([32 * NW], 0, gl.int32, layout=one)], dtype=gl.int32,
+            is_pure=False, pack=1)
+
+    @gluon.jit
     def _bwd_consumer(desc_dqa, DK, DV, q_smem, do_smem, k_smem, v_smem, lse_smem,
                       delta_smem, ds_smem, dq_smem, kv_bar, q_ready, q_empty, do_ready, do_empty,
-                      ds_ready, ds_free, kv_row, m_row, start_n, m_lo, n_iters, n_masked,
+                      ds_ready, ds_free, kv_row, acc_row, start_n, m_lo, n_iters, n_masked,
                       qk_scale, sm_scale, WG: gl.constexpr, STAGES: gl.constexpr,
                       CAUSAL: gl.constexpr):
         """Consumer WG: key rows [WG * 64, WG * 64 + 64) of the program's tile (its dK, dV)
@@ -196,10 +222,10 @@ if gluon is not None:
             # once its previous reduce has read it)
             tma.store_wait(0)
             cta_barrier()
-            dq_smem.index(WG).store(dq)
+            dq_smem.index(WG).store(dq * sm_scale)
             fence_async_shared()
-            _tma_atomic_add(desc_dqa, [m_row + i * BM, WG * DH], dq_smem.index(WG))
-        tma.store_wait(0)
+            _tma_atomic_add(desc_dqa, [acc_row + i * BM, WG * DH], dq_smem.index(WG))
+        _writes_landed(nw)  # the head's last program reads every dQ sum back (_cast_head)
         # write 64 x D of dK and of dV
         kv_rows: gl.constexpr = gl.SliceLayout(1, kv_layout)
         kv_cols: gl.constexpr = gl.SliceLayout(0, kv_layout)
@@ -210,19 +236,55 @@ if gluon is not None:
         gl.store(DK + first + offs, (dk * sm_scale).to(dtype))
 
     @gluon.jit
+    def _cast_head(DQA, DQ, acc_row, out_row, n_ctx, HEAD_DIM: gl.constexpr,
+                   ROWS: gl.constexpr):
+        """DQ[out_row + r] = DQA[acc_row + r] in DQ's dtype for r < n_ctx, and
+        DQA[acc_row + r] = 0 after (the ring slot ready for its next head)."""
+        nw: gl.constexpr = gl.num_warps()
+        TPR: gl.constexpr = HEAD_DIM // 4  # threads per row: 4 floats (16 bytes) each
+        layout: gl.constexpr = gl.BlockedLayout([1, 4], [32 // TPR, TPR], [nw, 1], [1, 0])
+        offs = (gl.expand_dims(gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout)), 1)
+                * HEAD_DIM
+                + gl.expand_dims(gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout)), 0))
+        zero = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=layout)
+        src = DQA + acc_row.to(gl.int64) * HEAD_DIM
+        dst = DQ + out_row.to(gl.int64) * HEAD_DIM
+        for r in range(0, n_ctx, ROWS):
+            # read 64 x D floats of the slot (from L2: other SMs added them); write 64 x D of
+            # dQ and 64 x D zeros
+            acc = gl.load(src + r * HEAD_DIM + offs, cache_modifier=".cg")
+            gl.store(dst + r * HEAD_DIM + offs, acc.to(DQ.dtype.element_ty))
+            gl.store(src + r * HEAD_DIM + offs, zero)
+
+    @gluon.jit
     def _flash_bwd_gluon_kernel(desc_q, desc_k, desc_v, desc_do, desc_dqa, desc_lse,
-                                desc_delta, DK, DV, n_ctx, qk_scale, sm_scale,
-                                STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+                                desc_delta, DK, DV, DQ, DQA, SYNC, n_ctx, n_bh, ring, qk_scale,
+                                sm_scale, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                                CAST_ROWS: gl.constexpr):
         """desc_q, desc_do: (B*H*N, D) rows in 64-row boxes; desc_k, desc_v: 128-row boxes;
-        desc_dqa: the fp32 dQ buffer in 64 x D/2 boxes;
-        desc_lse, desc_delta: (B*H*N,) fp32 in 64-float boxes; DK, DV: (B*H*N, D).
-        n_ctx % 128 == 0."""
+        desc_dqa: the fp32 dQ ring (ring * N, D) in 64 x D/2 boxes, DQA the same memory;
+        desc_lse, desc_delta: (B*H*N,) fp32 in 64-float boxes; DK, DV, DQ: (B*H*N, D);
+        SYNC: 1 + 2 * n_bh int32 zeros (ticket; per head its ring turn and programs done).
+        n_ctx % 128 == 0; one program per (head, key tile), in ticket order."""
         dtype: gl.constexpr = desc_q.dtype
         BM: gl.constexpr = desc_q.block_type.shape[0]
         BN: gl.constexpr = desc_k.block_type.shape[0]
-        bh = gl.program_id(1)
+        HEAD_DIM: gl.constexpr = desc_q.block_type.shape[1]
+        n_tiles = n_ctx // BN
+        # tickets in the order programs start: every program a ticket names started before
+        # this one, so a program waits only on programs that run (no deadlock, whatever
+        # order the GPU launches them in)
+        ticket = gl.atomic_add(SYNC, 1, sem="relaxed", scope="gpu")
+        bh = ticket // n_tiles
+        start_n = (ticket % n_tiles) * BN  # causal: a head's first ticket has the most tiles
+        slot = bh % ring
+        if bh >= ring:
+            # head bh - ring's dQ must have left the slot: its last program bumps the slot's
+            # turn (SYNC[1 + slot]); SYNC[1 + n_bh + head] counts a head's programs done
+            turn = gl.atomic_add(SYNC + 1 + slot, 0, sem="acquire", scope="gpu")
+            while turn < bh // ring:
+                turn = gl.atomic_add(SYNC + 1 + slot, 0, sem="acquire", scope="gpu")
         head_row = bh * n_ctx
-        start_n = gl.program_id(0) * BN  # causal: program 0 has the most query tiles
         if CAUSAL:
             m_lo = start_n
         else:
@@ -262,30 +324,37 @@ if gluon is not None:
         fence_async_shared()
         kv_row = head_row + start_n
         m_row = head_row + m_lo
+        acc_row = slot * n_ctx + m_lo  # the head's dQ rows in its ring slot
         n_masked = BN // BM if CAUSAL else 0
         gl.warp_specialize([
             (_bwd_consumer, (desc_dqa, DK, DV, q_smem, do_smem, k_smem, v_smem, lse_smem,
                              delta_smem, ds_smem, dq_smem, kv_bar, q_ready, q_empty, do_ready,
-                             do_empty, ds_ready, ds_free, kv_row, m_row, start_n, m_lo, n_iters,
-                             n_masked, qk_scale, sm_scale, 0, STAGES, CAUSAL)),
+                             do_empty, ds_ready, ds_free, kv_row, acc_row, start_n, m_lo,
+                             n_iters, n_masked, qk_scale, sm_scale, 0, STAGES, CAUSAL)),
             (_bwd_consumer, (desc_dqa, DK, DV, q_smem, do_smem, k_smem, v_smem, lse_smem,
                              delta_smem, ds_smem, dq_smem, kv_bar, q_ready, q_empty, do_ready,
-                             do_empty, ds_ready, ds_free, kv_row, m_row, start_n, m_lo, n_iters,
-                             n_masked, qk_scale, sm_scale, 1, STAGES, CAUSAL)),
+                             do_empty, ds_ready, ds_free, kv_row, acc_row, start_n, m_lo,
+                             n_iters, n_masked, qk_scale, sm_scale, 1, STAGES, CAUSAL)),
             (_bwd_producer, (desc_q, desc_k, desc_v, desc_do, desc_lse, desc_delta, q_smem,
                              do_smem, k_smem, v_smem, lse_smem, delta_smem, kv_bar, q_ready,
                              q_empty, do_ready, do_empty, kv_row, m_row, n_iters, STAGES)),
         ], [4, 1], [240, 24])  # warps and registers per thread: consumer 1, the producer
-
-
-@triton.jit
-def _dq_cast_kernel(ACC, DQ, n, sm_scale, BLOCK: tl.constexpr, INTERP_BF16: tl.constexpr):
-    """DQ[i] = ACC[i] * sm_scale in DQ's dtype, for i < n."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    ok = offs < n
-    # read BLOCK floats; write BLOCK of dQ
-    acc = tl.load(ACC + offs, mask=ok, other=0.0)
-    tl.store(DQ + offs, _cast(acc * sm_scale, DQ.dtype.element_ty, INTERP_BF16), mask=ok)
+        # both consumers' dQ reductions have completed (tma.store_wait): count this program
+        # done; the head's last one casts the slot into dQ, zeroes it and hands it on. The
+        # head and slot again from kv_row and the arguments: values kept from before the
+        # partitions would hold registers through consumer 0's loop (the build spilled)
+        # (the last `ring` heads' slots are not needed again: the launcher copies them out
+        # after the kernel, on the whole GPU, where here the last head's cast would run on one
+        # SM while the others idle)
+        head = kv_row // n_ctx
+        if head < n_bh - ring:
+            prior = gl.atomic_add(SYNC + 1 + n_bh + head, 1, sem="acq_rel", scope="gpu")
+            if prior == n_ctx // BN - 1:
+                _cast_head(DQA, DQ, (head % ring) * n_ctx, head * n_ctx, n_ctx, HEAD_DIM,
+                           CAST_ROWS)
+                _writes_landed(gl.num_warps())  # the zeros before the next head's TMA adds
+                cta_barrier()
+                gl.atomic_add(SYNC + 1 + (head % ring), 1, sem="release", scope="gpu")
 
 
 GL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -360,30 +429,65 @@ def descriptors(q, k, v, do, dqa, lse, delta) -> list:
             GluonDescriptor.from_tensor(delta, [BLOCK_M], flat)]
 
 
-def gluon_launcher(q, k, v, do, lse, delta, dk, dv, causal: bool):
-    """`launch(config, dq_acc)`: the one-pass Gluon backward of contiguous q, k, v, do
-    (B, H, N, D) with `config` (64, 128, 4, STAGES): dk, dv written, dQ / (1/sqrt(D)) added
-    into dq_acc ((B*H*N, D) fp32, zeroed by the caller; `cast_dq` finishes it)."""
+def ring_slots(B: int, H: int, N: int, causal: bool, n_sm: int) -> int:
+    """fp32 dQ accumulators (ring slots, one head's N x D each) for a launch: enough that a
+    head's first program rarely finds its slot still held by the head `ring` places before.
+
+    Programs start in ticket order, one per SM (shared memory), N / 128 per head. Head h's
+    slot frees when its last program ends, at most one program's time after that program
+    started; meanwhile the other SMs draw about n_sm * (longest / average program time) more
+    tickets: 1x non-causal, 2x causal (a head's first key tile walks all N / 64 query tiles,
+    its last two). A quarter more for the spread of program times and the last program's
+    cast, and two slots besides. Not B*H: memory bounded by the heads in flight."""
+    per_head = N // BLOCK_N
+    longest = 2.0 if causal else 1.0
+    return min(B * H, 2 + math.ceil(1.25 * longest * n_sm / per_head))
+
+
+def gluon_launcher(q, k, v, do, lse, delta, dq, dk, dv, causal: bool):
+    """`launch(config)`: the one-pass Gluon backward of contiguous q, k, v, do (B, H, N, D)
+    with `config` (64, 128, 4, STAGES): dq, dk, dv written. dQ adds up in fp32 in a ring of
+    `ring_slots` heads' buffers (not one per head): each head's last program casts its slot
+    into dq and zeroes it for a later head."""
     B, H, N, D = q.shape
     sm_scale = 1.0 / math.sqrt(D)
     rows = [t.view(B * H * N, D) for t in (q, k, v, do)]
+    ring = ring_slots(B, H, N, causal, _sm_count(q.device))
 
-    def launch(cfg, dq_acc):
+    def launch(cfg):
         check_config(cfg, D)
         if N % BLOCK_N:
             raise ValueError(f"config {tuple(cfg)}: N={N} is not a multiple of {BLOCK_N}")
-        _flash_bwd_gluon_kernel[(N // BLOCK_N, B * H)](
-            *descriptors(*rows, dq_acc, lse.view(-1), delta.view(-1)), dk, dv, N,
-            sm_scale * LOG2E, sm_scale,
-            STAGES=cfg[3], CAUSAL=causal, num_warps=CONSUMER_WARPS)
+        # buffers of this launch alone, one allocation and one memset: the ring (fp32), then
+        # the int32 ticket and counters. Not kept across launches: the Tuners compile
+        # candidates by launching them from several threads at once, and two kernels drawing
+        # tickets from one counter would each wait for programs the other ran
+        scratch = torch.zeros(ring * N * D + 1 + 2 * B * H, device=q.device,
+                              dtype=torch.float32)
+        acc = scratch[:ring * N * D].view(ring * N, D)
+        _flash_bwd_gluon_kernel[((N // BLOCK_N) * B * H,)](
+            *descriptors(*rows, acc, lse.view(-1), delta.view(-1)), dk, dv, dq, acc,
+            scratch[ring * N * D:].view(torch.int32), N, B * H, ring, sm_scale * LOG2E,
+            sm_scale, STAGES=cfg[3], CAUSAL=causal, CAST_ROWS=CAST_ROWS,
+            num_warps=CONSUMER_WARPS)
+        # the last heads' slots, uncast by the kernel: a cyclic run of the ring from
+        # slot (B*H - tail) % ring, copied (fp32 -> q's dtype) in at most two pieces
+        tail = min(ring, B * H)
+        first = (B * H - tail) % ring
+        out = dq.view(B * H, N * D)[B * H - tail:]
+        flat = acc.view(ring, N * D)
+        n1 = min(tail, ring - first)
+        out[:n1].copy_(flat[first:first + n1])
+        if n1 < tail:
+            out[n1:].copy_(flat[:tail - n1])
 
     return launch
 
 
-def cast_dq(dq_acc: torch.Tensor, dq: torch.Tensor) -> None:
-    """dq = dq_acc * 1/sqrt(D) in dq's dtype (dq (B, H, N, D), dq_acc (B*H*N, D) fp32)."""
-    n = dq_acc.numel()
-    _dq_cast_kernel[(triton.cdiv(n, CAST_BLOCK),)](dq_acc, dq, n, 1.0 / math.sqrt(dq.shape[-1]),
-                                                   BLOCK=CAST_BLOCK,
-                                                   INTERP_BF16=interp_bf16_flag(dq.dtype),
-                                                   num_warps=4)
+_SMS: dict = {}
+
+
+def _sm_count(device: torch.device) -> int:
+    if device not in _SMS:
+        _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _SMS[device]

@@ -1,7 +1,7 @@
 """The one-pass Gluon backward (kernels/attention/flash_bwd_gluon.py) off the GPU: Gluon kernels
 do not run in the CPU interpreter, so CI checks the plumbing around it with a stand-in launch
-(the dK/dV Tuner's TMA: 4 candidates, timed as whole backwards; the dQ buffer zeroed by the
-delta kernel and cast after; the reasons it is unavailable; the config rules) and, in
+(the dK/dV Tuner's TMA: 4 candidates, timed as whole backwards; the size of its dQ ring; the
+reasons it is unavailable; the config rules) and, in
 test_attention.py's sm_90 build, that its first config compiles without spills. Its numerics are
 checked on the GPU by the harness's check pass (every triton_flash case of
 experiments/flash_bwd.yaml)."""
@@ -70,32 +70,44 @@ def test_shape_and_config_rules(monkeypatch):
     assert all(flash_fwd.uses_tma(c) for c in GLUON)
 
 
-def test_delta_kernel_zeroes_the_dq_buffer():
-    """The one-pass form's dQ buffer costs no kernel of its own: the delta kernel zeroes it."""
+def test_the_dq_ring_is_sized_by_heads_in_flight_not_by_heads():
+    """The fp32 dQ accumulators are a ring of heads' buffers: as many as the heads whose
+    programs run at once (one program per SM, N / 128 per head), with room for causal
+    programs' unequal lengths; never more than the heads there are."""
+    slots = flash_bwd_gluon.ring_slots
+    # 132 SMs (an H100 SXM), N = 4096: 32 programs a head, ~4 heads in flight
+    assert slots(4, 16, 4096, False, 132) == 2 + math.ceil(1.25 * 132 / 32) == 8
+    assert slots(4, 16, 4096, True, 132) == 2 + math.ceil(2.5 * 132 / 32) == 13
+    # the batch and head counts do not size it; small problems keep one slot a head
+    assert slots(64, 16, 4096, False, 132) == slots(4, 16, 4096, False, 132)
+    assert slots(1, 2, 4096, True, 132) == 2
+    assert slots(1, 16, 16384, False, 132) == 4
+    # fewer programs a head, more heads in flight
+    assert slots(16, 16, 1024, False, 132) > slots(16, 16, 4096, False, 132)
+    for B, H, N in ((4, 16, 4096), (1, 16, 16384), (2, 16, 8192), (16, 16, 1024)):
+        for causal in (False, True):
+            n = slots(B, H, N, causal, 132)
+            assert 2 <= n <= B * H
+            assert n * N <= B * H * N  # never the whole per-head buffer's size
+
+
+def test_delta_kernel_writes_delta_only():
     o, do = _qkv(2, 3, 100, 32, torch.float16, seed=2, n=2)
     delta = torch.empty(2, 3, 100)
-    acc = torch.full((2 * 3 * 100, 32), float("nan"))
-    flash_bwd.preprocess(o, do, delta, acc)
-    assert torch.equal(acc, torch.zeros_like(acc))
+    flash_bwd.preprocess(o, do, delta)
     torch.testing.assert_close(delta, (o.float() * do.float()).sum(-1), rtol=1e-5, atol=1e-5)
-    untouched = torch.full_like(acc, 7.0)
-    flash_bwd.preprocess(o, do, delta)  # no buffer: delta only
-    assert torch.equal(untouched, torch.full_like(acc, 7.0))
 
 
 def _stand_in(launches, tma_launchers=flash_bwd_tma.tma_launchers):
-    """A gluon_launcher whose launch adds the right numbers into the dQ buffer (the Triton TMA
-    kernels' dQ, unscaled, as the Gluon kernel adds dS K) and writes dK, dV: what the kernel
-    does, computed by kernels that run in the interpreter."""
-    def launcher(q, k, v, do, lse, delta, dk, dv, causal):
-        def launch(cfg, dq_acc):
+    """A gluon_launcher whose launch writes dQ, dK and dV with the Triton TMA kernels (what
+    the Gluon kernel writes, computed by kernels that run in the interpreter)."""
+    def launcher(q, k, v, do, lse, delta, dq, dk, dv, causal):
+        def launch(cfg):
             flash_bwd_gluon.check_config(cfg, q.shape[-1])
             launches.append(tuple(cfg))
-            dq = torch.empty_like(q)
             dkdv, dq_kernel = tma_launchers(q, k, v, do, lse, delta, dq, dk, dv, causal)
             dkdv(flash_bwd.INTERPRETER_DKDV)
             dq_kernel(flash_bwd.INTERPRETER_DQ)
-            dq_acc += dq.float().view_as(dq_acc) * math.sqrt(q.shape[-1])
         return launch
     return launcher
 
@@ -105,8 +117,8 @@ def test_tuner_times_the_one_pass_form_as_whole_backwards(causal, dtype, monkeyp
     """Where the one-pass form runs (a Hopper GPU; here faked), the dK/dV Tuner gets its configs
     as TMA: 4 candidates, all timed; the dQ Tuner picks first, and each two-kernel dK/dV
     candidate is timed with that dQ kernel after it, so that every candidate's time is a whole
-    backward. A forced TMA: 4 runs no dQ kernel; its dQ (buffer zeroed by the delta kernel,
-    cast after) meets the correctness rule, in fp16 and bf16."""
+    backward. A forced TMA: 4 runs no dQ kernel; its dQ meets the correctness rule, in fp16
+    and bf16."""
     launches, seen, order = [], [], []
     monkeypatch.setattr(flash_bwd_gluon, "unsupported", lambda N, D, device=None: None)
     monkeypatch.setattr(flash_bwd_gluon, "gluon_launcher", _stand_in(launches))
