@@ -45,7 +45,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
 
 def kernels_launched(mode: str) -> int:
     """Kernels per measured call: forward 1; backward 3 (delta, dK/dV, dQ; or, in the
-    one-pass Gluon plan, delta with the dQ buffer's zeroing, the one-pass kernel, dQ's cast)."""
+    one-pass Gluon plan, delta with the dQ ring's zeroing, the one-pass kernel, the copy of the
+    last heads' dQ)."""
     return {"fwd": 1, "bwd": 3, "fwd_bwd": 4}[mode]
 
 

@@ -102,8 +102,11 @@ _dkdv_tuner, _dq_tuner = bwd_tuners("attention.flash_bwd", tma_field=True)
 
 
 @triton.jit
-def _bwd_preprocess(O, DO, DELTA, n_ctx, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
-    """DELTA[bh, i] = sum_d O[bh, i, d] * DO[bh, i, d]; O, DO (B*H, N, D); DELTA (B*H, N)."""
+def _bwd_preprocess(O, DO, DELTA, ACC, SYNC, n_ctx, ring, HEAD_DIM: tl.constexpr,
+                    BLOCK: tl.constexpr, ZERO: tl.constexpr):
+    """DELTA[bh, i] = sum_d O[bh, i, d] * DO[bh, i, d]; O, DO (B*H, N, D); DELTA (B*H, N).
+    ZERO: also zero the one-pass Gluon backward's dQ ring ACC (ring, N, D) fp32 and its
+    counters SYNC (1 + 2 * B*H int32; flash_bwd_gluon.py), so that they cost no kernel."""
     bh = tl.program_id(1).to(tl.int64)
     offs_m = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -114,13 +117,30 @@ def _bwd_preprocess(O, DO, DELTA, n_ctx, HEAD_DIM: tl.constexpr, BLOCK: tl.const
     do = tl.load(DO + ptrs, mask=ok[:, None], other=0.0).to(tl.float32)
     # write BLOCK floats
     tl.store(DELTA + bh * n_ctx + offs_m, tl.sum(o * do, axis=1), mask=ok)
+    if ZERO:
+        if bh < ring:
+            # write BLOCK x D floats of zeros (the ring's slot bh)
+            tl.store(ACC + ptrs, tl.zeros([BLOCK, HEAD_DIM], dtype=tl.float32),
+                     mask=ok[:, None])
+        if tl.program_id(0) == 0:
+            # write 2 (3 for head 0) ints: slot bh's turn, head bh's programs done (the ticket)
+            n_bh = tl.num_programs(1)
+            zero = tl.zeros([1], dtype=tl.int32)
+            one = tl.arange(0, 1)
+            tl.store(SYNC + 1 + bh + one, zero)
+            tl.store(SYNC + 1 + n_bh + bh + one, zero)
+            if bh == 0:
+                tl.store(SYNC + one, zero)
 
 
-def preprocess(o, do, delta) -> None:
-    """delta = rowsum(o * do) (B, H, N) fp32 for o, do (B, H, N, D)."""
+def preprocess(o, do, delta, acc=None, sync=None) -> None:
+    """delta = rowsum(o * do) (B, H, N) fp32 for o, do (B, H, N, D); with `acc` (ring * N, D)
+    fp32 and `sync` (1 + 2 * B*H) int32, zero them in the same kernel."""
     B, H, N, D = o.shape
-    _bwd_preprocess[(triton.cdiv(N, PRE_BLOCK), B * H)](o, do, delta, N, HEAD_DIM=D,
-                                                         BLOCK=PRE_BLOCK, num_warps=4)
+    zero = acc is not None
+    _bwd_preprocess[(triton.cdiv(N, PRE_BLOCK), B * H)](
+        o, do, delta, acc if zero else delta, sync if zero else delta, N,
+        acc.shape[0] // N if zero else 0, HEAD_DIM=D, BLOCK=PRE_BLOCK, ZERO=zero, num_warps=4)
 
 
 @triton.jit
@@ -385,8 +405,7 @@ def flash_backward(q, k, v, o, lse, do, causal: bool,
             timed=uses_tma))
     if dkdv_config[4] == 4:
         launch = need_gluon(dkdv_config)  # it checks the config
-        preprocess(o, do, delta)
-        launch(dkdv_config[:4])
+        launch(dkdv_config[:4], zero_with=lambda acc, sync: preprocess(o, do, delta, acc, sync))
         return dq, dk, dv
     if dq_unlogged:  # a dQ kernel runs after all: its pick is the case's too
         dq_config = pick_dq()

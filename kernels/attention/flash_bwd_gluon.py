@@ -41,18 +41,20 @@ that lease, whose own cuDNN figures moved by up to 12 % between two timings). Th
 harness (experiments/flash_bwd.yaml, runs in reports/examples/): 0.97-1.07x cuDNN at D=128,
 N >= 4096.
 
-The fp32 dQ buffers are a ring of `ring_slots` heads' (B*H*N*D floats until this stop: twice
+The fp32 dQ buffers are a ring of `ring_slots` heads' (before the ring, B*H*N*D floats: twice
 dQ's size, peak memory 577 MiB at D=128 where the two-kernel form holds 449 and cuDNN 577).
-Programs draw tickets in the order they start, so heads start in order; head h adds into slot
-h % ring once head h - ring has left it: head h - ring's last program (a per-head count of
+Programs draw tickets in the order they start, so heads start in order; head h adds into its
+slot (h + B*H*(ring - 1)) mod ring, the slot of head h - ring, once head h - ring has left it: head h - ring's last program (a per-head count of
 programs done) reads the slot back (ld.global.cg, after an acquire), writes dQ in q's dtype,
 zeroes the slot and bumps the slot's turn, on which head h's programs wait before they start.
 A program waits only on programs holding earlier tickets, which are running: no deadlock,
 whatever order the GPU starts programs in. Before counting itself done a consumer waits for
 its reductions to be written (cp.async.bulk.wait_group 0; tma.store_wait only waits until
 shared memory has been read) and fences them (fence.proxy.async.global). The last `ring`
-heads are not cast in the kernel: their slots are not needed again, and the launcher copies
-them out after it on the whole GPU (the last head's cast alone on one SM was the run's tail).
+heads (slots 0 .. ring - 1 by that offset) are not cast in the kernel: their slots are not
+needed again, and one copy after the kernel writes them on the whole GPU (the last head's cast
+alone on one SM was the run's tail). The delta kernel zeroes the ring and the counters, so a
+backward is still three kernels (the Tuners' timing launches zero their own, a fourth).
 One H100, flash_bwd.yaml's triton_flash and sdpa_cudnn cases (runs ...-016d -> ...-4826, one
 call): peak memory at D=128, N >= 4096, 577 -> 465-489 MiB (D=64: 289 -> 233-245; the
 two-kernel form 449 and 225); triton_flash 4 faster, 32 same, 4 ambiguous, none slower;
@@ -94,11 +96,12 @@ HEAD_DIMS = (64, 128)
 # the Q/dO ring depth. Shared memory at D=128, 16-bit: K and V 2 x 32 KiB, dS 2 x 16 KiB, the
 # dQ halves 2 x 16 KiB (fp32), and per stage Q and dO 2 x 16 KiB with 2 x 256 B of LSE and
 # delta: 193 KiB at 2 stages, 225.5 KiB at 3 (a build adds about 0.5 KiB of barriers and
-# alignment: 226 KiB at 3). Spills: none in the GPU's triton 3.6 build at 2 stages, 2-4 words at
-# 3 (CompiledKernel.n_spills); the local triton 3.9 sm_90 build spills 64 B at 2 stages
-# non-causal, none at 3 (the first config, the one `aot_check --quick` builds). D=64: 129.5 KiB
-# at 3 stages, 113 KiB at 2 (builds: 130, 113.5); no spill in the GPU's 3.6 builds (run
-# ...-0fbe, both configs, causal and not) nor in the local 3.9 ones.
+# alignment: 226 KiB at 3). Spills, since the programs take their tiles from a ticket (loaded
+# row offsets ptxas cannot recompute): the GPU's triton 3.6 builds report n_spills up to 8
+# (up to 4 before); the local triton 3.9 sm_90 builds spill 56 B (3 stages) and 40 B (2)
+# causal, 96 B non-causal at 2 stages, none non-causal at 3 (aot_check.SPILL_BUDGET). D=64:
+# 129.5 KiB at 3 stages, 113 KiB at 2 (builds: 130, 113.5); no spill in the local 3.9 builds
+# (nor in the GPU's 3.6 ones before the ticket, run ...-0fbe).
 GLUON_CONFIGS = {128: [(64, 128, 4, 3), (64, 128, 4, 2)],
                  64: [(64, 128, 4, 3), (64, 128, 4, 2)]}
 SMEM_LIMIT = 232448
@@ -264,8 +267,10 @@ if gluon is not None:
         """desc_q, desc_do: (B*H*N, D) rows in 64-row boxes; desc_k, desc_v: 128-row boxes;
         desc_dqa: the fp32 dQ ring (ring * N, D) in 64 x D/2 boxes, DQA the same memory;
         desc_lse, desc_delta: (B*H*N,) fp32 in 64-float boxes; DK, DV, DQ: (B*H*N, D);
-        SYNC: 1 + 2 * n_bh int32 zeros (ticket; per head its ring turn and programs done).
-        n_ctx % 128 == 0; one program per (head, key tile), in ticket order."""
+        SYNC: 1 + 2 * n_bh int32 zeros: the ticket, then a turn per ring slot (the first `ring`
+        of n_bh entries), then per head its programs done. n_ctx % 128 == 0; one program per
+        (head, key tile), in ticket order. Head h's slot is (h + n_bh * (ring - 1)) % ring, so
+        that the last `ring` heads, which the launcher copies out, hold slots 0 .. ring - 1."""
         dtype: gl.constexpr = desc_q.dtype
         BM: gl.constexpr = desc_q.block_type.shape[0]
         BN: gl.constexpr = desc_k.block_type.shape[0]
@@ -277,13 +282,14 @@ if gluon is not None:
         ticket = gl.atomic_add(SYNC, 1, sem="relaxed", scope="gpu")
         bh = ticket // n_tiles
         start_n = (ticket % n_tiles) * BN  # causal: a head's first ticket has the most tiles
-        slot = bh % ring
+        slot = (bh + n_bh * (ring - 1)) % ring
         if bh >= ring:
             # head bh - ring's dQ must have left the slot: its last program bumps the slot's
             # turn (SYNC[1 + slot]); SYNC[1 + n_bh + head] counts a head's programs done
             turn = gl.atomic_add(SYNC + 1 + slot, 0, sem="acquire", scope="gpu")
             while turn < bh // ring:
                 turn = gl.atomic_add(SYNC + 1 + slot, 0, sem="acquire", scope="gpu")
+            _writes_landed(gl.num_warps())  # the slot's zeros before this head's TMA adds
         head_row = bh * n_ctx
         if CAUSAL:
             m_lo = start_n
@@ -339,7 +345,7 @@ if gluon is not None:
                              do_smem, k_smem, v_smem, lse_smem, delta_smem, kv_bar, q_ready,
                              q_empty, do_ready, do_empty, kv_row, m_row, n_iters, STAGES)),
         ], [4, 1], [240, 24])  # warps and registers per thread: consumer 1, the producer
-        # both consumers' dQ reductions have completed (tma.store_wait): count this program
+        # both consumers' dQ reductions have been written (_writes_landed): count this program
         # done; the head's last one casts the slot into dQ, zeroes it and hands it on. The
         # head and slot again from kv_row and the arguments: values kept from before the
         # partitions would hold registers through consumer 0's loop (the build spilled)
@@ -350,11 +356,12 @@ if gluon is not None:
         if head < n_bh - ring:
             prior = gl.atomic_add(SYNC + 1 + n_bh + head, 1, sem="acq_rel", scope="gpu")
             if prior == n_ctx // BN - 1:
-                _cast_head(DQA, DQ, (head % ring) * n_ctx, head * n_ctx, n_ctx, HEAD_DIM,
-                           CAST_ROWS)
+                _cast_head(DQA, DQ, ((head + n_bh * (ring - 1)) % ring) * n_ctx, head * n_ctx,
+                           n_ctx, HEAD_DIM, CAST_ROWS)
                 _writes_landed(gl.num_warps())  # the zeros before the next head's TMA adds
                 cta_barrier()
-                gl.atomic_add(SYNC + 1 + (head % ring), 1, sem="release", scope="gpu")
+                gl.atomic_add(SYNC + 1 + (head + n_bh * (ring - 1)) % ring, 1, sem="release",
+                              scope="gpu")
 
 
 GL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -450,41 +457,38 @@ def ring_slots(B: int, H: int, N: int, causal: bool, n_sm: int) -> int:
 
 
 def gluon_launcher(q, k, v, do, lse, delta, dq, dk, dv, causal: bool):
-    """`launch(config)`: the one-pass Gluon backward of contiguous q, k, v, do (B, H, N, D)
-    with `config` (64, 128, 4, STAGES): dq, dk, dv written. dQ adds up in fp32 in a ring of
-    `ring_slots` heads' buffers (not one per head): each head's last program casts its slot
-    into dq and zeroes it for a later head."""
+    """`launch(config, zero_with=None)`: the one-pass Gluon backward of contiguous q, k, v, do
+    (B, H, N, D) with `config` (64, 128, 4, STAGES): dq, dk, dv written. dQ adds up in fp32 in
+    a ring of `ring_slots` heads' buffers (not one per head): each head's last program casts its
+    slot into dq and zeroes it for a later head; the last `ring` heads' slots are copied out
+    after the kernel. `zero_with(acc, sync)` zeroes the ring and counters (the delta kernel,
+    which must then run: flash_bwd.preprocess); without it a memset does."""
     B, H, N, D = q.shape
     sm_scale = 1.0 / math.sqrt(D)
     rows = [t.view(B * H * N, D) for t in (q, k, v, do)]
     ring = ring_slots(B, H, N, causal, _sm_count(q.device))
 
-    def launch(cfg):
+    def launch(cfg, zero_with=None):
         check_config(cfg, D)
         if N % BLOCK_N:
             raise ValueError(f"config {tuple(cfg)}: N={N} is not a multiple of {BLOCK_N}")
-        # buffers of this launch alone, one allocation and one memset: the ring (fp32), then
-        # the int32 ticket and counters. Not kept across launches: the Tuners compile
-        # candidates by launching them from several threads at once, and two kernels drawing
-        # tickets from one counter would each wait for programs the other ran
-        scratch = torch.zeros(ring * N * D + 1 + 2 * B * H, device=q.device,
-                              dtype=torch.float32)
+        # buffers of this launch alone, one allocation: the ring (fp32), then the int32 ticket
+        # and counters. Not kept across launches: the Tuners compile candidates by launching
+        # them from several threads at once, and two kernels drawing tickets from one counter
+        # would each wait for programs the other ran
+        size = ring * N * D + 1 + 2 * B * H
+        scratch = (torch.zeros if zero_with is None else torch.empty)(
+            size, device=q.device, dtype=torch.float32)
         acc = scratch[:ring * N * D].view(ring * N, D)
+        sync = scratch[ring * N * D:].view(torch.int32)
+        if zero_with is not None:
+            zero_with(acc, sync)
         _flash_bwd_gluon_kernel[((N // BLOCK_N) * B * H,)](
-            *descriptors(*rows, acc, lse.view(-1), delta.view(-1)), dk, dv, dq, acc,
-            scratch[ring * N * D:].view(torch.int32), N, B * H, ring, sm_scale * LOG2E,
-            sm_scale, STAGES=cfg[3], CAUSAL=causal, CAST_ROWS=CAST_ROWS,
-            num_warps=CONSUMER_WARPS)
-        # the last heads' slots, uncast by the kernel: a cyclic run of the ring from
-        # slot (B*H - tail) % ring, copied (fp32 -> q's dtype) in at most two pieces
-        tail = min(ring, B * H)
-        first = (B * H - tail) % ring
-        out = dq.view(B * H, N * D)[B * H - tail:]
-        flat = acc.view(ring, N * D)
-        n1 = min(tail, ring - first)
-        out[:n1].copy_(flat[first:first + n1])
-        if n1 < tail:
-            out[n1:].copy_(flat[:tail - n1])
+            *descriptors(*rows, acc, lse.view(-1), delta.view(-1)), dk, dv, dq, acc, sync, N,
+            B * H, ring, sm_scale * LOG2E, sm_scale, STAGES=cfg[3], CAUSAL=causal,
+            CAST_ROWS=CAST_ROWS, num_warps=CONSUMER_WARPS)
+        # the last `ring` heads, uncast by the kernel, in slots 0 .. ring - 1 (fp32 -> q's dtype)
+        dq.view(B * H, N * D)[B * H - ring:].copy_(acc.view(ring, N * D))
 
     return launch
 

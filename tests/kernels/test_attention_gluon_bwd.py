@@ -1,8 +1,9 @@
 """The one-pass Gluon backward (kernels/attention/flash_bwd_gluon.py) off the GPU: Gluon kernels
 do not run in the CPU interpreter, so CI checks the plumbing around it with a stand-in launch
-(the dK/dV Tuner's TMA: 4 candidates, timed as whole backwards; the size of its dQ ring; the
-reasons it is unavailable; the config rules) and, in
-test_attention.py's sm_90 build, that its first config compiles without spills. Its numerics are
+(the dK/dV Tuner's TMA: 4 candidates, timed as whole backwards; the size of its dQ ring and
+the ring's zeroing in the delta kernel; the reasons it is unavailable; the config rules) and, in
+test_attention.py's sm_90 build, that its first config compiles within its spill budget (one
+is kept for the causal build: kernels/attention/aot_check.py). Its numerics are
 checked on the GPU by the harness's check pass (every triton_flash case of
 experiments/flash_bwd.yaml)."""
 from __future__ import annotations
@@ -86,25 +87,37 @@ def test_the_dq_ring_is_sized_by_heads_in_flight_not_by_heads():
     assert slots(16, 16, 1024, False, 132) > slots(16, 16, 4096, False, 132)
     for B, H, N in ((4, 16, 4096), (1, 16, 16384), (2, 16, 8192), (16, 16, 1024)):
         for causal in (False, True):
-            n = slots(B, H, N, causal, 132)
-            assert 2 <= n <= B * H
-            assert n * N <= B * H * N  # never the whole per-head buffer's size
+            assert 2 <= slots(B, H, N, causal, 132) <= B * H
 
 
-def test_delta_kernel_writes_delta_only():
-    o, do = _qkv(2, 3, 100, 32, torch.float16, seed=2, n=2)
-    delta = torch.empty(2, 3, 100)
-    flash_bwd.preprocess(o, do, delta)
-    torch.testing.assert_close(delta, (o.float() * do.float()).sum(-1), rtol=1e-5, atol=1e-5)
+def test_delta_kernel_zeroes_the_dq_ring_and_counters():
+    """The ring and its counters cost no kernel of their own: the delta kernel zeroes the
+    first `ring` heads' rows of the ring and every counter, and writes delta as without them."""
+    B, H, N, D, ring = 2, 3, 100, 32, 4
+    o, do = _qkv(B, H, N, D, torch.float16, seed=2, n=2)
+    delta = torch.empty(B, H, N)
+    acc = torch.full((ring * N, D), float("nan"))
+    sync = torch.full((1 + 2 * B * H,), 7, dtype=torch.int32)
+    flash_bwd.preprocess(o, do, delta, acc, sync)
+    assert torch.equal(acc, torch.zeros_like(acc))
+    assert torch.equal(sync, torch.zeros_like(sync))
+    want = (o.float() * do.float()).sum(-1)
+    torch.testing.assert_close(delta, want, rtol=1e-5, atol=1e-5)
+    delta2 = torch.empty(B, H, N)
+    flash_bwd.preprocess(o, do, delta2)  # no buffers: delta only
+    torch.testing.assert_close(delta2, want, rtol=1e-5, atol=1e-5)
 
 
 def _stand_in(launches, tma_launchers=flash_bwd_tma.tma_launchers):
     """A gluon_launcher whose launch writes dQ, dK and dV with the Triton TMA kernels (what
     the Gluon kernel writes, computed by kernels that run in the interpreter)."""
     def launcher(q, k, v, do, lse, delta, dq, dk, dv, causal):
-        def launch(cfg):
+        def launch(cfg, zero_with=None):
             flash_bwd_gluon.check_config(cfg, q.shape[-1])
             launches.append(tuple(cfg))
+            if zero_with is not None:  # the delta kernel, which the kernels below read
+                B, H, N, D = q.shape
+                zero_with(torch.empty(N, D), torch.empty(1 + 2 * B * H, dtype=torch.int32))
             dkdv, dq_kernel = tma_launchers(q, k, v, do, lse, delta, dq, dk, dv, causal)
             dkdv(flash_bwd.INTERPRETER_DKDV)
             dq_kernel(flash_bwd.INTERPRETER_DQ)
