@@ -388,9 +388,10 @@ def flash_backward(q, k, v, o, lse, do, causal: bool,
     def timed_dkdv(cfg):
         # where the one-pass form is a candidate every candidate is timed as a whole backward
         # but the delta kernel: a two-kernel one with the dQ kernel the dQ Tuner picked, the
-        # one-pass one as it runs (its dQ cast is in the kernel). Timing the one-pass kernel
-        # without its cast (a separate kernel then), small shapes went to the one-pass form
-        # where a whole backward ran 1.04-1.05x slower (N=1024 causal, H100).
+        # one-pass one as it runs (its dQ casts and the last heads' copy; a memset where the
+        # delta kernel zeroes its ring in a measured call). Timing the one-pass kernel without
+        # its cast (a separate kernel then), small shapes went to the one-pass form where a
+        # whole backward ran 1.04-1.05x slower (N=1024 causal, H100).
         if cfg[4] == 4:
             need_gluon(cfg)(cfg[:4])
             return
