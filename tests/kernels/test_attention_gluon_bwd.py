@@ -1,7 +1,8 @@
 """The one-pass Gluon backward (kernels/attention/flash_bwd_gluon.py) off the GPU: Gluon kernels
 do not run in the CPU interpreter, so CI checks the plumbing around it with a stand-in launch
 (the dK/dV Tuner's TMA: 4 candidates, timed as whole backwards; the size of its dQ ring and
-the ring's zeroing in the delta kernel; the reasons it is unavailable; the config rules) and, in
+the ring's zeroing in the delta kernel; the launcher's buffers and last heads' copy, with the
+kernel replaced; the reasons it is unavailable; the config rules) and, in
 test_attention.py's sm_90 build, that its first config compiles within its spill budget (one
 is kept for the causal build: kernels/attention/aot_check.py). Its numerics are
 checked on the GPU by the harness's check pass (every triton_flash case of
@@ -247,3 +248,57 @@ def test_a_forced_dq_config_rules_out_the_one_pass_plan(monkeypatch):
         with tuning.forcing(forcing), pytest.raises(ValueError, match="runs no dQ kernel, but "
                                                                       "a dQ config is forced"):
             flash_bwd.flash_backward(q, k, v, o, lse, do, False, **kwargs)
+
+
+def test_launcher_zeroes_through_the_delta_kernel_and_copies_the_last_heads(monkeypatch):
+    """The launcher's host side, with the kernel replaced: one scratch allocation split into the
+    ring (ring * N, D) fp32 and 1 + 2*B*H int32 counters, handed to `zero_with` (the delta
+    kernel) when given and zeroed otherwise; one program per (head, key tile); after the kernel,
+    the last `ring` heads' dQ copied from slots 0 .. ring - 1 in q's dtype (the kernel casts the
+    others itself: here the fake writes them)."""
+    B, H, N, D = 2, 5, 256, 64
+    monkeypatch.setattr(flash_bwd_gluon, "_sm_count", lambda device: 4)  # a 4-SM GPU
+    ring = flash_bwd_gluon.ring_slots(B, H, N, False, 4)
+    assert 2 <= ring < B * H  # some heads cast in the kernel, some copied after it
+    seen = {}
+
+    class FakeKernel:
+        def __getitem__(self, grid):
+            def run(*args, **kw):
+                dq, acc, sync, n, n_bh, ring_arg = args[-8:-2]
+                seen.update(grid=grid, n=n, n_bh=n_bh, ring=ring_arg, acc_shape=tuple(acc.shape),
+                            sync=(sync.dtype, sync.numel()), acc_zero=bool((acc == 0).all()),
+                            sync_zero=bool((sync == 0).all()))
+                rows = dq.view(n_bh, n * D)
+                slots = acc.view(ring_arg, n * D)
+                for h in range(n_bh):
+                    if h < n_bh - ring_arg:
+                        rows[h] = h  # the kernel's own cast
+                    else:  # the documented slot of head h
+                        slots[(h + n_bh * (ring_arg - 1)) % ring_arg] = h + 0.5
+            return run
+
+    monkeypatch.setattr(flash_bwd_gluon, "_flash_bwd_gluon_kernel", FakeKernel())
+    q, k, v, do = _qkv(B, H, N, D, torch.bfloat16, n=4)
+    lse, delta = torch.zeros(B, H, N), torch.zeros(B, H, N)
+    dq, dk, dv = (torch.full_like(q, float("nan")) for _ in range(3))
+    launch = flash_bwd_gluon.gluon_launcher(q, k, v, do, lse, delta, dq, dk, dv, False)
+    zeroed = []
+
+    def zero_with(acc, sync):
+        zeroed.append((tuple(acc.shape), sync.dtype, sync.numel()))
+        acc.zero_()
+        sync.zero_()
+
+    launch((64, 128, 4, 2), zero_with=zero_with)
+    assert zeroed == [((ring * N, D), torch.int32, 1 + 2 * B * H)]
+    assert seen["grid"] == ((N // 128) * B * H,) and seen["n"] == N and seen["n_bh"] == B * H
+    assert seen["ring"] == ring and seen["acc_shape"] == (ring * N, D)
+    assert seen["sync"] == (torch.int32, 1 + 2 * B * H)
+    assert seen["acc_zero"] and seen["sync_zero"]
+    want = torch.tensor([h if h < B * H - ring else h + 0.5 for h in range(B * H)])
+    got = dq.view(B * H, -1).float()
+    assert torch.equal(got, want[:, None].expand_as(got))
+    seen.clear()
+    launch((64, 128, 4, 3))  # no zero_with (the Tuners' timing launches): zeroed all the same
+    assert seen["acc_zero"] and seen["sync_zero"]
