@@ -44,22 +44,23 @@ N >= 4096.
 The fp32 dQ buffers are a ring of `ring_slots` heads' (before the ring, B*H*N*D floats: twice
 dQ's size, peak memory 577 MiB at D=128 where the two-kernel form holds 449 and cuDNN 577).
 Programs draw tickets in the order they start, so heads start in order; head h adds into its
-slot (h + B*H*(ring - 1)) mod ring, the slot of head h - ring, once head h - ring has left it: head h - ring's last program (a per-head count of
-programs done) reads the slot back (ld.global.cg, after an acquire), writes dQ in q's dtype,
-zeroes the slot and bumps the slot's turn, on which head h's programs wait before they start.
-A program waits only on programs holding earlier tickets, which are running: no deadlock,
-whatever order the GPU starts programs in. Before counting itself done a consumer waits for
-its reductions to be written (cp.async.bulk.wait_group 0; tma.store_wait only waits until
-shared memory has been read) and fences them (fence.proxy.async.global). The last `ring`
-heads (slots 0 .. ring - 1 by that offset) are not cast in the kernel: their slots are not
-needed again, and one copy after the kernel writes them on the whole GPU (the last head's cast
-alone on one SM was the run's tail). The delta kernel zeroes the ring and the counters, so a
-backward is still three kernels (the Tuners' timing launches zero their own, a fourth).
-One H100, flash_bwd.yaml's triton_flash and sdpa_cudnn cases (runs ...-016d -> ...-4826, one
-call): peak memory at D=128, N >= 4096, 577 -> 465-489 MiB (D=64: 289 -> 233-245; the
-two-kernel form 449 and 225); triton_flash 4 faster, 32 same, 4 ambiguous, none slower;
-0.99-1.07x cuDNN at D=128, N >= 4096 (the 0.99: non-causal N=8192 fp16). dQ's sums are added
-in whatever order programs reach them: not bitwise deterministic (the Triton backward is).
+slot (h + B*H*(ring - 1)) mod ring, the slot of head h - ring, once head h - ring has left it:
+head h - ring's last program (a per-head count of programs done) reads the slot back
+(ld.global.cg, after an acquire), writes dQ in q's dtype, zeroes the slot and bumps the slot's
+turn, on which head h's programs wait before they start. A program waits only on programs
+holding earlier tickets, which are running: no deadlock, whatever order the GPU starts programs
+in. Before counting itself done a consumer waits for its reductions to be written
+(cp.async.bulk.wait_group 0; tma.store_wait only waits until shared memory has been read) and
+fences them (fence.proxy.async.global); a waiting program fences after its acquire too. The
+last `ring` heads (slots 0 .. ring - 1 by that offset) are not cast in the kernel: their slots
+are not needed again, and one copy after the kernel writes them on the whole GPU (the last
+head's cast alone on one SM was the run's tail). The delta kernel zeroes the ring and the
+counters, so a backward is still three kernels (the Tuners' timing launches zero their own, a
+fourth). One H100, flash_bwd.yaml's triton_flash and sdpa_cudnn cases (runs ...-016d ->
+...-4826, one call): peak memory at D=128, N >= 4096, 577 -> 465-489 MiB (D=64: 289 -> 233-245;
+the two-kernel form 449 and 225); triton_flash 4 faster, 32 same, 4 ambiguous, none slower;
+0.99-1.07x cuDNN at D=128, N >= 4096 (the 0.99: non-causal N=8192 fp16). dQ's sums are added in
+whatever order programs reach them: not bitwise deterministic (the Triton backward is).
 
 Causal: a key tile's query tiles start at its own first row (the ones above see none of its
 keys); its two 64-row diagonal tiles are masked. Programs with the most query tiles start first.
