@@ -83,6 +83,7 @@ import math
 import torch
 import triton
 
+from kernels._common import sm_count
 from kernels._gluon import GluonDescriptor, cta_barrier, fence_async_shared, gl, gluon
 from kernels._gluon import hopper_unavailable, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from kernels._gluon import tma_atomic_add as _tma_atomic_add
@@ -357,12 +358,11 @@ if gluon is not None:
         if head < n_bh - ring:
             prior = gl.atomic_add(SYNC + 1 + n_bh + head, 1, sem="acq_rel", scope="gpu")
             if prior == n_ctx // BN - 1:
-                _cast_head(DQA, DQ, ((head + n_bh * (ring - 1)) % ring) * n_ctx, head * n_ctx,
-                           n_ctx, HEAD_DIM, CAST_ROWS)
+                head_slot = (head + n_bh * (ring - 1)) % ring
+                _cast_head(DQA, DQ, head_slot * n_ctx, head * n_ctx, n_ctx, HEAD_DIM, CAST_ROWS)
                 _writes_landed(gl.num_warps())  # the zeros before the next head's TMA adds
                 cta_barrier()
-                gl.atomic_add(SYNC + 1 + (head + n_bh * (ring - 1)) % ring, 1, sem="release",
-                              scope="gpu")
+                gl.atomic_add(SYNC + 1 + head_slot, 1, sem="release", scope="gpu")
 
 
 GL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -467,7 +467,7 @@ def gluon_launcher(q, k, v, do, lse, delta, dq, dk, dv, causal: bool):
     B, H, N, D = q.shape
     sm_scale = 1.0 / math.sqrt(D)
     rows = [t.view(B * H * N, D) for t in (q, k, v, do)]
-    ring = ring_slots(B, H, N, causal, _sm_count(q.device))
+    ring = ring_slots(B, H, N, causal, sm_count(q.device))
 
     def launch(cfg, zero_with=None):
         check_config(cfg, D)
@@ -493,11 +493,3 @@ def gluon_launcher(q, k, v, do, lse, delta, dq, dk, dv, causal: bool):
 
     return launch
 
-
-_SMS: dict = {}
-
-
-def _sm_count(device: torch.device) -> int:
-    if device not in _SMS:
-        _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
-    return _SMS[device]

@@ -257,7 +257,7 @@ def test_launcher_zeroes_through_the_delta_kernel_and_copies_the_last_heads(monk
     the last `ring` heads' dQ copied from slots 0 .. ring - 1 in q's dtype (the kernel casts the
     others itself: here the fake writes them)."""
     B, H, N, D = 2, 5, 256, 64
-    monkeypatch.setattr(flash_bwd_gluon, "_sm_count", lambda device: 4)  # a 4-SM GPU
+    monkeypatch.setattr(flash_bwd_gluon, "sm_count", lambda device: 4)  # a 4-SM GPU
     ring = flash_bwd_gluon.ring_slots(B, H, N, False, 4)
     assert 2 <= ring < B * H  # some heads cast in the kernel, some copied after it
     seen = {}
