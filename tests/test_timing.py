@@ -84,3 +84,75 @@ def test_runs_timed_by_another_flush_are_not_compared_and_old_ceilings_are_redon
     store.save_calibration(tmp_path, "NVIDIA H200", {"copy_gbps": 4000.0,
                                                      "timing_method": TIMING_METHOD})
     assert calibrate.ensure(tmp_path, "NVIDIA H200", Console())["copy_gbps"] == 4000.0
+
+
+class _FakeGPU:
+    """torch.cuda's events, synchronize and _sleep, and the host's clock, on one simulated
+    clock: a call of the timed function moves it by the call's device time; nothing runs on
+    a GPU."""
+
+    def __init__(self, monkeypatch):
+        import torch
+
+        self.now = 0.0
+        gpu = self
+
+        class Event:
+            def __init__(self, enable_timing=True):
+                self.t = None
+
+            def record(self):
+                self.t = gpu.now
+
+            def elapsed_time(self, other):
+                return other.t - self.t
+
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+        monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: None)
+        monkeypatch.setattr("harness.execute.timing._SLEEP_CYCLES_PER_MS", 1e6)
+        # the host's clock is the GPU's: a synchronised call's wall is its device time
+        monkeypatch.setattr("harness.execute.timing.time",
+                            type("Clock", (), {"perf_counter": staticmethod(
+                                lambda: gpu.now / 1e3)}))
+
+    def call(self, ms: float):
+        calls = []
+
+        def fn():
+            calls.append(1)
+            self.now += ms
+
+        return fn, calls
+
+
+@pytest.mark.parametrize("call_ms,warmup_ms,reps", [
+    (41.0, 12.5, 2),   # one call fills the warm-up share three times over
+    (5.0, 12.5, 3),
+    (0.2, 12.5, 5),    # five fit in the budget
+    (0.0, 12.5, 5),    # no wall: the full estimate
+])
+def test_estimate_calls_shrink_when_one_call_fills_the_warm_up(call_ms, warmup_ms, reps):
+    from harness.execute.timing import est_reps
+
+    assert est_reps(call_ms, warmup_ms) == reps
+
+
+def test_a_long_call_costs_its_samples_and_few_calls_more(monkeypatch):
+    """flash.yaml's naive attention at N=16384 takes 41 ms a call: the time pass's process
+    made 1 + 5 calls around its 5 samples; with the caller's first call (timing.first_call)
+    standing in for bench's, 2 estimating calls are left. A fast call keeps the full warm-up."""
+    gpu = _FakeGPU(monkeypatch)
+    kw = dict(device="cuda", warmup_ms=12.5, rep_ms=50, min_samples=5, max_samples=5,
+              max_rel_err=0.5, flusher=lambda: None)
+    fn, calls = gpu.call(41.0)
+    s = bench(fn, called_ms=41.0, **kw)
+    assert s.n == 5 and s.median == pytest.approx(41.0)
+    assert len(calls) == 2 + 5
+    fn, calls = gpu.call(41.0)
+    bench(fn, **kw)  # no call made before: bench makes its own first call
+    assert len(calls) == 1 + 2 + 5
+    fn, calls = gpu.call(0.5)
+    s = bench(fn, called_ms=0.5, **kw)
+    assert s.median == pytest.approx(0.5)
+    assert len(calls) == int(12.5 / 0.5) + s.n  # the warm-up, its first 5 estimating

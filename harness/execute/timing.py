@@ -142,12 +142,14 @@ def bench(fn: Callable[[], object], *, device: str, warmup_ms: float = 25.0,
           flush_l2: bool = True, cuda_graph: bool = False, max_rel_err: float = 0.005,
           host_overhead: str = "hide", flusher: Flusher | None = None,
           clock_probe: Callable[[], float | None] | None = None,
-          batch_ms: float = BATCH_MS) -> Samples:
-    """Time `fn`; return the raw samples in milliseconds."""
+          batch_ms: float = BATCH_MS, called_ms: float | None = None) -> Samples:
+    """Time `fn`; return the raw samples in milliseconds. `called_ms` (GPU): the wall time of
+    a synchronised call of `fn` the caller has just made (timing.first_call); bench then makes
+    no first call of its own."""
     if device == "cuda":
         return _bench_cuda(fn, warmup_ms, rep_ms, min_samples, max_samples,
                            flusher or Flusher(device, flush_l2), cuda_graph, max_rel_err,
-                           host_overhead == "hide", clock_probe, batch_ms)
+                           host_overhead == "hide", clock_probe, batch_ms, called_ms)
     return _bench_cpu(fn, warmup_ms, rep_ms, min_samples, max_samples, max_rel_err)
 
 
@@ -171,6 +173,7 @@ def _sleep_cycles_per_ms() -> float:
 
 
 HOST_REPS = 5  # calls whose host time (median) sizes the spin of host_overhead "hide"
+MIN_HOST_REPS = 2  # ... where one call alone fills a large part of the warm-up (est_reps)
 
 
 def host_ms(fn: Callable[[], object], reps: int = 5) -> float:
@@ -199,6 +202,31 @@ def hiding_cycles(fn: Callable[[], object]) -> int:
 def spin_cycles(host: list[float]) -> int:
     """hiding_cycles for host times in ms (their median) measured elsewhere."""
     return int(min(max(2 * float(np.median(host)), 0.02), 5.0) * _sleep_cycles_per_ms())
+
+
+def est_reps(call_ms: float, warmup_ms: float) -> int:
+    """How many flushed calls estimate a call's time and its host time before the warm-up
+    goes on (they are the warm-up's first calls): HOST_REPS where they fit in the warm-up
+    budget, fewer, down to MIN_HOST_REPS, where one call (`call_ms`, the first one's wall)
+    takes a large part of it. Five calls of flash.yaml's naive attention at N=16384 (41 ms
+    each) were 205 ms of GPU time against a warm-up share of 12.5 ms, in each process; over
+    the time pass such calls outside the samples (this estimate, the first call, the peak
+    memory and provenance calls) cost more than the samples (H100, 2026-11-26, by the cases'
+    medians: about 18 s of such calls against 14 s of samples in a 42 s pass). An overlong
+    first call
+    (loading on first use) only makes the estimate shorter: the warm-up that follows is
+    sized by the estimate and fills the budget."""
+    if call_ms <= 0:
+        return HOST_REPS
+    return int(min(HOST_REPS, max(MIN_HOST_REPS, math.ceil(warmup_ms / call_ms))))
+
+
+def first_call(fn: Callable[[], object], inputs_bytes: int) -> tuple[int, float]:
+    """One synchronised call of `fn`: its peak memory (peak_memory) and its wall time in ms,
+    which bench's `called_ms` takes in place of a first call of its own."""
+    t0 = time.perf_counter()
+    peak = peak_memory(fn, inputs_bytes)
+    return peak, (time.perf_counter() - t0) * 1e3
 
 
 def _enough(ms: list[float], elapsed_ms: float, rep_ms: float, min_samples: int,
@@ -269,16 +297,21 @@ def capture_graph(fn: Callable[[], object]) -> Callable[[], object]:
 
 
 def _bench_cuda(fn, warmup_ms, rep_ms, min_samples, max_samples, flush, cuda_graph,
-                max_rel_err, hide_host, clock_probe=None, batch_ms=BATCH_MS) -> Samples:
+                max_rel_err, hide_host, clock_probe=None, batch_ms=BATCH_MS,
+                called_ms=None) -> Samples:
     import torch
 
-    fn()
-    torch.cuda.synchronize()
+    if called_ms is None:
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        called_ms = (time.perf_counter() - t0) * 1e3
     # estimate one call (with flush) to size the warm-up and the batches, and its host time;
     # these calls are the first of the warm-up
     host: list[float] = []
-    est = flushed_call_ms(fn, flush, HOST_REPS, host)
-    for _ in range(int(warmup_ms / est) - HOST_REPS):
+    reps = est_reps(called_ms, warmup_ms)
+    est = flushed_call_ms(fn, flush, reps, host)
+    for _ in range(int(warmup_ms / est) - reps):
         flush()
         fn()
     torch.cuda.synchronize()

@@ -162,13 +162,19 @@ class Worker:
                             min_samples=t.min_samples, max_samples=t.max_samples,
                             max_rel_err=t.max_rel_err)
         fn, nbytes = self._prepare(impl, params, dtype, case_id)
+        compiled = None
         if self.device == "cuda":
             if self.flusher is None:
                 self.flusher = timing.Flusher("cuda", t.flush_l2)
-            peak = None if self.process else timing.peak_memory(fn, nbytes)
+            peak = called_ms = None
+            if not self.process:  # the first call is bench's first call too; then what
+                # was compiled, from a second call (a first one may still autotune)
+                peak, called_ms = timing.first_call(fn, nbytes)
+                compiled = self._compiled(fn, impl)
             samples = timing.bench(fn, device="cuda", **part, flush_l2=t.flush_l2,
                                    cuda_graph=t.cuda_graph, host_overhead=t.host_overhead,
-                                   flusher=self.flusher, clock_probe=self._clock_probe())
+                                   flusher=self.flusher, clock_probe=self._clock_probe(),
+                                   called_ms=called_ms)
         else:  # interpreter / CPU: a few wall-clock samples, labelled as such (never judged:
             # an interpreted kernel's seconds say nothing of its GPU time, so one warm-up call
             # and two samples for a slow one, more within 200 ms for a fast one)
@@ -181,16 +187,18 @@ class Worker:
                "process": self.process, **samples.summary()}
         if self.process:  # a repeat: the first process's record keeps the provenance
             return rec
-        if self.device == "cuda":  # one more call, outside the samples: what was compiled
-            from harness.tuning.provenance import compiled_kernels
-
-            try:
-                rec["compiled"] = compiled_kernels(fn, impl.fn, self._sync)
-            except Exception as exc:  # provenance never fails a timed case; say why it is absent
-                rec["compiled"], rec["compiled_error"] = None, exception_line(exc, 500)
-        else:  # the interpreter compiles nothing
-            rec["compiled"] = []
+        rec.update(compiled if compiled is not None else {"compiled": []})  # interpreter: none
         return rec
+
+    def _compiled(self, fn, impl) -> dict:
+        """One call outside the samples, recording what was compiled (provenance); a failure
+        never fails the timed case: the record says why it is absent."""
+        from harness.tuning.provenance import compiled_kernels
+
+        try:
+            return {"compiled": compiled_kernels(fn, impl.fn, self._sync)}
+        except Exception as exc:
+            return {"compiled": None, "compiled_error": exception_line(exc, 500)}
 
     def _warm_then_range(self, impl, params, dtype, case_id, inside):
         """Warm up outside any range (JIT, autotune, cudnn plans), then one call inside."""
