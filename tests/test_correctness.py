@@ -123,3 +123,26 @@ def test_cached_reference_still_fails_a_wrong_impl_and_ignores_input_writes():
     assert good.correct and not bad.correct and "max abs error" in bad.error
     zeros = check(OP, OP.get_impl("zeros"), Params(N=100), "float32", "cpu", seed=3, cache=cache)
     assert not zeros.correct
+
+
+def test_figures_count_only_where_the_reference_is_finite():
+    """Where the reference is not finite (a fully masked softmax row, say), the output may be
+    anything; elsewhere a NaN is an unwritten element, an inf a non-finite one, and the error,
+    the reference's size and the relative error are taken over the finite elements only."""
+    ref = torch.tensor([1.0, -2.0, float("nan"), float("inf"), 4.0])
+    out = torch.tensor([1.0, -2.5, 7.0, float("nan"), 4.0])
+    figures, reason = compare(out, ref, ref, torch.float32, 2.0)
+    assert reason is None or "tolerance" in reason
+    assert figures["max_abs_err"] == pytest.approx(0.5) and figures["torch_err"] == 0.0
+    assert figures["tol"] == pytest.approx(2.0 ** -23 * 4.0)  # |ref| at most 4 where finite
+    assert figures["rel_err"] == pytest.approx(0.5 / math.sqrt(1 + 4 + 16))
+    nan = out.clone()
+    nan[0] = float("nan")
+    figures, reason = compare(nan, ref, ref, torch.float32, 2.0)
+    assert "1 of 5 elements are NaN" in reason and figures["max_abs_err"] == math.inf
+    inf = out.clone()
+    inf[4] = float("inf")
+    figures, reason = compare(inf, ref, ref, torch.float32, 2.0)
+    assert "1 non-finite elements" in reason and figures["rel_err"] == math.inf
+    assert compare(torch.zeros(0), torch.zeros(0), torch.zeros(0), torch.float32, 2.0) == (
+        {"max_abs_err": 0.0, "rel_err": 0.0, "tol": 2.0 ** -23 * 1e-30, "torch_err": 0.0}, None)
