@@ -109,12 +109,18 @@ def test_compile_units_group_the_sizes_of_one_kernel_class(tmp_path):
     assert len(pair) == 2 and units[pair[0]][0] == units[pair[1]][0]
 
 
-def test_compile_workers_one_per_four_cores_capped():
-    assert compile_workers(16, 100) == 4
+def test_compile_workers_one_per_two_cores_capped_by_gpus_and_their_memory():
+    assert compile_workers(16, 100) == 8  # an H100 host: 8 workers compiled in 18.8 s, 4 in 33
     assert compile_workers(2, 100) == 1  # a small machine still compiles ahead, in one
     assert compile_workers(64, 3) == 3 and compile_workers(8, 0) == 0
-    # a two-GPU host (32 cores): four per GPU; its cores still bound it
-    assert compile_workers(32, 100, 2) == 8 and compile_workers(16, 100, 2) == 4
+    # a two-GPU host (32 cores): eight per GPU; its cores still bound it
+    assert compile_workers(32, 100, 2) == 16 and compile_workers(16, 100, 2) == 8
+    assert compile_workers(64, 100, 1) == 8
+    # one worker per 9 GiB of a GPU: an 80 GB card holds 8, a 40 GB one 4, a 24 GB one 2
+    assert compile_workers(16, 100, 1, 81559.0) == 8
+    assert compile_workers(16, 100, 1, 40960) == 4 and compile_workers(64, 100, 2, 24576) == 4
+    assert compile_workers(16, 100, 1, 4096) == 1  # even a small card compiles ahead
+    assert compile_workers(16, 100, 1, "[N/A]") == 8  # unknown memory: cores and GPUs decide
     from harness.execute.executors.schedule import workers_per_gpu
 
     assert workers_per_gpu(8, 2) == 4 and workers_per_gpu(5, 2) == 3
@@ -211,7 +217,10 @@ def test_runner_compiles_ahead_only_compiling_impls_and_only_on_a_gpu(tmp_path, 
 
     def fake(run_dir, ids, **kw):
         calls.append((ids, kw["gpus"]))
+        mib.append(kw["gpu_mib"])
         return {"workers": 2, "cases": len(ids), "wall_s": 1.5}
+
+    mib = []
 
     beside = []
 
@@ -223,6 +232,7 @@ def test_runner_compiles_ahead_only_compiling_impls_and_only_on_a_gpu(tmp_path, 
     monkeypatch.setattr(warm, "check_beside", fake_beside)
     run, ids = _run_dir(tmp_path, ["warm_tuned", "zeros"])
     r = Runner(run, Console(file=open(os.devnull, "w")))
+    r.manifest = {**r.manifest, "env": {**r.manifest.get("env", {}), "gpu_memory_mib": 81559.0}}
     order = list(reversed(ids))
     with Progress(console=r.console) as progress:
         r.compile_ahead(progress, order, {})  # a CPU run: nothing to warm
@@ -230,6 +240,7 @@ def test_runner_compiles_ahead_only_compiling_impls_and_only_on_a_gpu(tmp_path, 
         r.device = "cuda"
         r.compile_ahead(progress, order, {})
     assert calls == [([c for c in order if c.startswith("warm_tuned")], [None])]
+    assert mib == [81559.0]  # the GPU's memory bounds the workers (compile_workers)
     # meanwhile the cases that compile nothing are checked beside it, in check order
     assert beside == [([c for c in order if not c.startswith("warm_tuned")], [None])]
     assert "compile" in r.pass_wall  # the phase's wall: compile-ahead and the check beside

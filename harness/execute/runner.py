@@ -149,7 +149,9 @@ class Runner(ProfilerPasses):
                 out = compile_ahead(self.run_dir, ids, device=self.device, limits=limits,
                                     gpus=gpus,
                                     on_event=progress_events(progress, task, "warm", "compile"),
-                                    units=compile_units(self.run_dir, self.op, ids))
+                                    units=compile_units(self.run_dir, self.op, ids),
+                                    gpu_mib=(self.manifest.get("env") or {}).get(
+                                        "gpu_memory_mib"))
                 beside = side.join()
             except BaseException:
                 side.stop()

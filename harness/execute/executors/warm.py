@@ -31,14 +31,16 @@ def compile_ahead(run_dir: Path, case_ids: list[str], *, device: str,
                   limits: dict[str, float], gpus: list[int | None],
                   on_event: Callable[[dict], None], workers: int | None = None,
                   stop: threading.Event | None = None,
-                  units: dict[str, tuple[object, str | None]] | None = None) -> dict:
-    """Warm `case_ids` (check order) over `workers` processes spread over `gpus`; `units`
+                  units: dict[str, tuple[object, str | None]] | None = None,
+                  gpu_mib: float | None = None) -> dict:
+    """Warm `case_ids` (check order) over `workers` processes spread over `gpus` (by default
+    compile_workers: the host's cores, the GPUs and `gpu_mib`, one GPU's memory); `units`
     ({case: (compile class, backend)}, compile_units) keeps a class in one worker.
     Returns {"workers": n, "cases": n, "wall_s": s} (workers 0: nothing was run)."""
     run_dir = Path(run_dir)
     ids = todo(run_dir, "warm", case_ids)
     n_gpus = len(gpus) if gpus else 1
-    n = (compile_workers(os.cpu_count(), len(ids), n_gpus) if workers is None
+    n = (compile_workers(os.cpu_count(), len(ids), n_gpus, gpu_mib) if workers is None
          else min(workers, len(ids)))
     if n < 1:
         return {"workers": 0, "cases": 0, "wall_s": 0.0}
