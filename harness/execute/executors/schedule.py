@@ -255,9 +255,10 @@ def shard_profilers(units: dict[tuple[str, str], list[str]], cost: dict[str, flo
 
 MAX_COMPILE_WORKERS = 8  # per GPU; Triton's precompile runs up to 8 threads in each
 CORES_PER_COMPILE_WORKER = 2
-# GPU memory per compile-ahead worker: each keeps to its part of MEMORY_SHARE (warm.py), and
-# flash_bwd's largest torch.compile case peaks at 8.4 GiB (a worker over its share leaves the
-# case to the check pass, which compiles it alone)
+# GPU memory per compile-ahead worker: each keeps to its part of MEMORY_SHARE (warm.py). A case
+# that needs more fails there and is the check pass's: flash_bwd's torch.compile cases at
+# N=16384 (8.4 GiB timed, more in a compile-only call) ran out of an H100 worker's 8.95 GiB
+# share at 8 workers, after their graph was built (the class's next cases loaded it)
 COMPILE_WORKER_GPU_MIB = 9 * 1024
 
 
