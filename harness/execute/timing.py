@@ -213,9 +213,8 @@ def est_reps(call_ms: float, warmup_ms: float) -> int:
     the time pass such calls outside the samples (this estimate, the first call, the peak
     memory and provenance calls) cost more than the samples (H100, 2026-11-26, by the cases'
     medians: about 18 s of such calls against 14 s of samples in a 42 s pass). An overlong
-    first call
-    (loading on first use) only makes the estimate shorter: the warm-up that follows is
-    sized by the estimate and fills the budget."""
+    first call (loading on first use) only makes the estimate shorter: the warm-up that
+    follows is sized by the estimate and fills the budget."""
     if call_ms <= 0:
         return HOST_REPS
     return int(min(HOST_REPS, max(MIN_HOST_REPS, math.ceil(warmup_ms / call_ms))))

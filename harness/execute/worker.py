@@ -315,9 +315,10 @@ class Worker:
                 emit("start", name=part, case_id=case_id)
                 began = time.perf_counter()
                 rec = self._one(pass_name, case_id, impl_name, params, dtype, check_parts)
-                if pass_name == "warm" or ahead:  # beside one another: hand back what the
-                    # allocator keeps cached (a check lane had held 37 GiB after naive
-                    # attention's backward at N=16384 while compile-ahead ran out of memory)
+                if (pass_name == "warm" or ahead) and not rec.get("context_dead"):
+                    # beside one another: hand back what the allocator keeps cached (a
+                    # check lane had held 37 GiB after naive attention's backward at N=16384
+                    # while compile-ahead ran out of memory)
                     self._release(collect=False)
                 # beside other work, a pick timed (new picks) is not kept, nor is an error
                 if ahead and (tuning.take_new_picks() or rec["status"] == "error"):
