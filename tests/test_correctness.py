@@ -1,4 +1,6 @@
 """The correctness check must fail wrong kernels: zeros, NaN, unwritten elements, off-by-one."""
+import math
+
 import pytest
 import torch
 import triton
@@ -132,7 +134,7 @@ def test_figures_count_only_where_the_reference_is_finite():
     ref = torch.tensor([1.0, -2.0, float("nan"), float("inf"), 4.0])
     out = torch.tensor([1.0, -2.5, 7.0, float("nan"), 4.0])
     figures, reason = compare(out, ref, ref, torch.float32, 2.0)
-    assert reason is None or "tolerance" in reason
+    assert "tolerance" in reason  # 0.5 off at -2.0
     assert figures["max_abs_err"] == pytest.approx(0.5) and figures["torch_err"] == 0.0
     assert figures["tol"] == pytest.approx(2.0 ** -23 * 4.0)  # |ref| at most 4 where finite
     assert figures["rel_err"] == pytest.approx(0.5 / math.sqrt(1 + 4 + 16))
@@ -144,5 +146,10 @@ def test_figures_count_only_where_the_reference_is_finite():
     inf[4] = float("inf")
     figures, reason = compare(inf, ref, ref, torch.float32, 2.0)
     assert "1 non-finite elements" in reason and figures["rel_err"] == math.inf
+    # a non-finite output is infinitely wrong, even where the reference's norm overflows
+    huge = torch.tensor([1e200, 1.0], dtype=torch.float64)
+    figures, _ = compare(torch.tensor([float("inf"), 1.0], dtype=torch.float64), huge, huge,
+                         torch.float32, 2.0)
+    assert figures["rel_err"] == math.inf and figures["max_abs_err"] == math.inf
     assert compare(torch.zeros(0), torch.zeros(0), torch.zeros(0), torch.float32, 2.0) == (
         {"max_abs_err": 0.0, "rel_err": 0.0, "tol": 2.0 ** -23 * 1e-30, "torch_err": 0.0}, None)

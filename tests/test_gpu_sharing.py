@@ -231,7 +231,7 @@ def test_workers_beside_others_hand_back_cached_memory_after_each_case(tmp_path,
     37 GiB cached after naive attention's backward left 0.24 GiB free to the workers. A
     check pass alone keeps its cache."""
     from harness import store
-    from harness.execute.worker import Worker
+    from harness.execute.worker import EXIT_CONTEXT_DEAD, Worker
     from harness.experiment import spec as spec_mod
     from harness.store.results import cases_frame
 
@@ -249,4 +249,11 @@ def test_workers_beside_others_hand_back_cached_memory_after_each_case(tmp_path,
         monkeypatch.setattr(w, "_release", lambda collect=True, calls=calls: calls.append(collect))
         assert w.run(["check"], None, shard="beside0" if ahead else None, ahead=ahead) == 0
         assert len(store.read_parts(run, "check")) == len(cases)
-    assert released["lane"] == [False] * len(cases) and released["alone"] == []
+        if ahead:  # a compile-ahead worker too, and none after a case that killed the context
+            assert w.run(["warm"], None, shard="warm0") == 0
+            assert len(calls) == 2 * len(cases)
+            monkeypatch.setattr(w, "_one", lambda *a: {"status": "error", "error": "dead",
+                                                       "context_dead": True})
+            assert w.run(["check"], None, tag="again", ahead=True) == EXIT_CONTEXT_DEAD
+            assert len(calls) == 2 * len(cases)
+    assert released["lane"] == [False] * (2 * len(cases)) and released["alone"] == []

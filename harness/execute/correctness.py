@@ -75,10 +75,11 @@ def compare(out, ref_hi, ref_lo, dtype: torch.dtype, tol_factor: float) -> tuple
         if tuple(o.shape) != tuple(h.shape):
             return worst, f"{name} has shape {tuple(o.shape)}, reference {tuple(h.shape)}"
         unwritten, nonfinite, err, ref_mag, torch_err, denom, rel = _figures(o, h, lo)
+        tol = tol_factor * torch_err + EPS[dtype] * max(ref_mag, 1e-30)
         if nonfinite:
             err = rel = math.inf
-        tol = tol_factor * torch_err + EPS[dtype] * max(ref_mag, 1e-30)
-        rel = rel / (denom or 1.0)
+        else:
+            rel = rel / (denom or 1.0)
         if err > worst["max_abs_err"] or i == 0:
             worst.update(max_abs_err=err, tol=tol, torch_err=torch_err)
         worst["rel_err"] = max(worst["rel_err"], rel)

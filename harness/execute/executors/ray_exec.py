@@ -49,8 +49,14 @@ def _warm(run_dir: Path, warm: list[str], device: str, limits: dict[str, float])
     if device != "cuda" or not warm:
         return {"workers": 0, "cases": 0, "wall_s": 0.0}
     op = get_op(store.load_manifest(run_dir)["experiment"]["op"])
+    from harness.machine.env import query_gpus
+
+    # this node's GPU, not the driver's (whose env the run's manifest holds)
+    mib = [g["gpu_memory_mib"] for g in query_gpus()
+           if isinstance(g.get("gpu_memory_mib"), (int, float))]
     return compile_ahead(run_dir, warm, device=device, limits=limits, gpus=[None],
-                         on_event=lambda ev: None, units=compile_units(run_dir, op, warm))
+                         on_event=lambda ev: None, units=compile_units(run_dir, op, warm),
+                         gpu_mib=min(mib) if mib else 0)
 
 
 def _task(files: dict[str, bytes], case_ids: list[str], device: str,

@@ -34,12 +34,14 @@ def compile_ahead(run_dir: Path, case_ids: list[str], *, device: str,
                   units: dict[str, tuple[object, str | None]] | None = None,
                   gpu_mib: float | None = None) -> dict:
     """Warm `case_ids` (check order) over `workers` processes spread over `gpus` (by default
-    compile_workers: the host's cores, the GPUs and `gpu_mib`, one GPU's memory); `units`
-    ({case: (compile class, backend)}, compile_units) keeps a class in one worker.
-    Returns {"workers": n, "cases": n, "wall_s": s} (workers 0: nothing was run)."""
+    compile_workers: the host's cores, the GPUs and `gpu_mib`, one GPU's memory, else the
+    run's env's); `units` ({case: (compile class, backend)}, compile_units) keeps a class in
+    one worker. Returns {"workers": n, "cases": n, "wall_s": s} (workers 0: nothing was run)."""
     run_dir = Path(run_dir)
     ids = todo(run_dir, "warm", case_ids)
     n_gpus = len(gpus) if gpus else 1
+    if gpu_mib is None:  # `run` passes its own; `ab` compiles ahead into the runs it made
+        gpu_mib = (store.load_manifest(run_dir).get("env") or {}).get("gpu_memory_mib")
     n = (compile_workers(os.cpu_count(), len(ids), n_gpus, gpu_mib) if workers is None
          else min(workers, len(ids)))
     if n < 1:
