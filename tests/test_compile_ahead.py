@@ -398,3 +398,19 @@ def test_an_idle_compile_ahead_worker_takes_over_the_classes_another_has_not_beg
     # the idle worker took over classes from the end of the busy one's list
     assert {recs[c] for c in slow} == {"warm0", "warm1"} and recs[slow[-1]] == "warm1"
     assert not (run / "raw" / "locks" / "warm").exists()
+
+
+def test_compile_ahead_takes_the_gpus_memory_from_the_runs_env(tmp_path, test_ops, monkeypatch):
+    """`run` passes its GPU's memory; `ab`, which compiles ahead into the runs it made, leaves
+    it to the run's env; a Ray task passes its node's."""
+    from harness.execute.executors import warm
+
+    seen = []
+    monkeypatch.setattr(warm, "compile_workers",
+                        lambda cpus, n, n_gpus, gpu_mib: seen.append(gpu_mib) or 0)
+    run, ids = _run_dir(tmp_path, ["warm_tuned"], n=(64,))
+    store.update_manifest(run, env={"device": "cuda", "gpu_memory_mib": 40960.0})
+    kw = dict(device="cpu", limits={}, gpus=[None], on_event=lambda ev: None)
+    assert compile_ahead(run, ids, **kw)["workers"] == 0
+    assert compile_ahead(run, ids, gpu_mib=81559.0, **kw)["workers"] == 0
+    assert seen == [40960.0, 81559.0]
