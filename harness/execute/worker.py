@@ -24,8 +24,8 @@ Launch configurations (harness.tuning): a case of a configured candidate runs wi
 forced (a Tuner's, or a `triton.autotune` kernel's: harness.tuning.autotune.steering); the picks of
 every check/time call are logged and stored with the record (config, config_source), with the
 impl's code_hash and, on the GPU, the compiled kernels' registers/spills/shared memory (time
-pass, the second call of a case, before its samples). Picks the Tuners (and autotuners) time are persisted
-in the run dir (store.save_tuner_picks) and loaded by every later worker.
+pass, the second call of a case, before its samples). Picks the Tuners (and autotuners) time
+are persisted in the run dir (store.save_tuner_picks) and loaded by every later worker.
 """
 from __future__ import annotations
 
