@@ -200,17 +200,11 @@ class AbWorker:
                    **{k: checks[role].get(k) for k in ("config", "config_source",
                                                        "code_hash")}}
             if self.device == "cuda":
-                from harness.tuning.provenance import compiled_kernels
+                from harness.tuning.provenance import compiled_record
 
                 rec["peak_mem_bytes"] = timing.peak_memory(fns[role], nbytes[role])
-                try:
-                    with tuning.scope(self._scope(role, impls[role])):
-                        rec["compiled"] = compiled_kernels(fns[role], impls[role].fn,
-                                                           self.head._sync)
-                except Exception as exc:  # provenance never fails a timed case
-                    from harness.errors import exception_line
-
-                    rec["compiled"], rec["compiled_error"] = None, exception_line(exc, 500)
+                with tuning.scope(self._scope(role, impls[role])):
+                    rec.update(compiled_record(fns[role], impls[role].fn, self.head._sync))
             else:
                 rec["peak_mem_bytes"], rec["compiled"] = None, []
             out[role] = {"check": checks[role], "time": rec}

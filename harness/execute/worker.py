@@ -155,6 +155,7 @@ class Worker:
         `timing.processes` processes split between them). The first process also records
         the peak memory and what was compiled; a repeat (`--tag time_p2`, ...) only samples."""
         from harness.execute import timing
+        from harness.tuning.provenance import compiled_record
 
         t = self.exp.timing
         n = self.processes
@@ -170,7 +171,7 @@ class Worker:
             if not self.process:  # the first call is bench's first call too; then what
                 # was compiled, from a second call (a first one may still autotune)
                 peak, called_ms = timing.first_call(fn, nbytes)
-                compiled = self._compiled(fn, impl)
+                compiled = compiled_record(fn, impl.fn, self._sync)
             samples = timing.bench(fn, device="cuda", **part, flush_l2=t.flush_l2,
                                    cuda_graph=t.cuda_graph, host_overhead=t.host_overhead,
                                    flusher=self.flusher, clock_probe=self._clock_probe(),
@@ -189,16 +190,6 @@ class Worker:
             return rec
         rec.update(compiled if compiled is not None else {"compiled": []})  # interpreter: none
         return rec
-
-    def _compiled(self, fn, impl) -> dict:
-        """One call outside the samples, recording what was compiled (provenance); a failure
-        never fails the timed case: the record says why it is absent."""
-        from harness.tuning.provenance import compiled_kernels
-
-        try:
-            return {"compiled": compiled_kernels(fn, impl.fn, self._sync)}
-        except Exception as exc:
-            return {"compiled": None, "compiled_error": exception_line(exc, 500)}
 
     def _warm_then_range(self, impl, params, dtype, case_id, inside):
         """Warm up outside any range (JIT, autotune, cudnn plans), then one call inside."""

@@ -253,3 +253,14 @@ def compiled_kernels(call: Callable[[], Any], fn: Callable, sync: Callable[[], N
         return []
     _, kernels = reachable(fn)
     return match_launches(rec.launches, _compiled_objects(kernels))
+
+
+def compiled_record(call: Callable[[], Any], fn: Callable, sync: Callable[[], None]) -> dict:
+    """compiled_kernels as a timed case's record fields: provenance never fails the case, so
+    an error leaves {"compiled": None, "compiled_error": why}."""
+    try:
+        return {"compiled": compiled_kernels(call, fn, sync)}
+    except Exception as exc:
+        from harness.errors import exception_line
+
+        return {"compiled": None, "compiled_error": exception_line(exc, 500)}
