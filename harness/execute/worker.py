@@ -40,6 +40,7 @@ from pathlib import Path
 
 from harness.errors import exception_line
 from harness.execute import sharing
+from harness.machine.env import gpu_state
 
 EXIT_CONTEXT_DEAD = 3
 PASSES = ("check", "time", "profile", "torch_profiler", "warm", "ab")
@@ -467,21 +468,6 @@ def _gpu_index() -> int | None:
     """The GPU this worker was pinned to (HARNESS_GPU, PCI bus order), None if not pinned."""
     gpu = os.environ.get("HARNESS_GPU")
     return int(gpu) if gpu is not None and gpu.isdigit() else None
-
-
-def gpu_state(index: int) -> dict:
-    """{gpu_name, sm_clock_mhz, mem_clock_mhz, gpu_temp_c} of GPU `index`: NVML in-process
-    (microseconds), nvidia-smi where NVML cannot be loaded; {} where neither answers."""
-    from harness.machine import nvml
-
-    state = nvml.gpu_state(index)
-    if state is None:
-        from harness.machine.env import query_gpus
-
-        rows = query_gpus(index=index)
-        state = {k: rows[0].get(k) for k in ("gpu_name", "sm_clock_mhz", "mem_clock_mhz",
-                                             "gpu_temp_c")} if rows else {}
-    return state
 
 
 def _registered_impl(row) -> str:

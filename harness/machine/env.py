@@ -71,6 +71,20 @@ def query_gpus(timeout: float = 10.0, index: int | None = None) -> list[dict]:
     return gpus
 
 
+def gpu_state(index: int) -> dict:
+    """{gpu_name, sm_clock_mhz, mem_clock_mhz, gpu_temp_c} of GPU `index` now, as a worker
+    records it per case: NVML in-process (microseconds), nvidia-smi where NVML cannot be
+    loaded; {} where neither answers."""
+    from harness.machine import nvml
+
+    state = nvml.gpu_state(index)
+    if state is None:
+        rows = query_gpus(index=index)
+        state = {k: rows[0].get(k) for k in ("gpu_name", "sm_clock_mhz", "mem_clock_mhz",
+                                             "gpu_temp_c")} if rows else {}
+    return state
+
+
 def git_info(cwd: str | Path | None = None) -> dict:
     def git(*args):
         try:
