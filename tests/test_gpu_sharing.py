@@ -230,7 +230,7 @@ def test_workers_beside_others_hand_back_cached_memory_after_each_case(tmp_path,
     after each case (collect=False: no full garbage collection): on an H100, a lane that kept
     37 GiB cached after naive attention's backward left 0.24 GiB free to the workers. A
     check pass alone keeps its cache."""
-    from harness import store
+    from harness import store, tuning
     from harness.execute.worker import EXIT_CONTEXT_DEAD, Worker
     from harness.experiment import spec as spec_mod
     from harness.store.results import cases_frame
@@ -245,6 +245,9 @@ def test_workers_beside_others_hand_back_cached_memory_after_each_case(tmp_path,
             "status": "running", "passes": {}, "env": {"device": "cpu"}})
         store.write_table(run, "cases", cases_frame(cases))
         w = Worker(run, "cpu")
+        # a pick timed before the loop (here: an earlier test in this process) is no case's:
+        # it had made the lane's first case 'deferred' in CI
+        tuning.remember("stale_tuner", (1,), {"BLOCK": 1}, "timed")
         calls = released[name] = []
         monkeypatch.setattr(w, "_release", lambda collect=True, calls=calls: calls.append(collect))
         assert w.run(["check"], None, shard="beside0" if ahead else None, ahead=ahead) == 0

@@ -292,6 +292,7 @@ class Worker:
         if wait_for:
             only = self.wait_turn(wait_for)
         claim = sharing.Claims(claims) if claims else None
+        tuning.take_new_picks()  # picks timed before this loop are no case's of it
         for pass_name in passes:
             part = tag or pass_name
             done = {r["case_id"]: r for r in store.read_parts(self.run_dir, part)}
