@@ -316,7 +316,7 @@ def case_label(params: dict) -> str:
                     for k, v in (params or {}).items())
 
 
-def summary_table(df: pd.DataFrame, cpu: bool) -> pd.DataFrame:
+def summary_table(df: pd.DataFrame, cpu: bool, manifest: dict | None = None) -> pd.DataFrame:
     """The run's summary for people: one row per case, numbers rounded, empty columns dropped."""
     out = pd.DataFrame({
         "impl": df.impl, "case": df.params.apply(case_label),
@@ -344,7 +344,8 @@ def summary_table(df: pd.DataFrame, cpu: bool) -> pd.DataFrame:
     from harness.present.show import config_cells
 
     cols = [c for c in ("op", "impl", "base_impl", "config", "config_source") if c in df]
-    configs = config_cells(df[cols].to_dict("records"))  # launch config, where it varies
+    # the launch config, where it varies
+    configs = config_cells(df[cols].to_dict("records"), manifest)
     if configs is not None:
         out[configs[0]] = configs[1]
     if "code_hash" in df and df["code_hash"].dropna().nunique() > 1:

@@ -60,6 +60,8 @@ def test_ab_stores_a_pair_of_ordinary_runs(ab_pair):
     assert mh["ab"]["rev"] == "working tree" and "code_tree" not in mh
     assert (mh["against"]["run_id"], mh["against"]["how"]) == (base.name, "explicit")
     assert mb["against"]["how"] == "none"
+    # each run's op card from its own code: the commit's module, the working tree's
+    assert set(mb["op_card"]["impls"]) <= set(mh["op_card"]["impls"]) and mb["op_card"]["impls"]
     assert mb["status"] == mh["status"] == "complete" and mb["seed"] == mh["seed"]
     cb, ch = store.load_cases(base), store.load_cases(head)
     assert list(cb.case_id) == list(ch.case_id) and set(cb.status) == {"ok"}

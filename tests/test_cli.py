@@ -44,6 +44,9 @@ def test_softmax_smoke_run_on_cpu(tmp_path):
     assert m["status"] == "complete" and m["device"] == "cpu" and m["smoke"] is True
     assert m["env"]["torch"] and m["spec_hash"] and m["command"][:4] == ["python", "-m",
                                                                          "harness", "run"]
+    # what `show` and `report` need of the op, so that they import no kernel (harness.op_card)
+    assert m["op_card"]["primary"] == "gbps"
+    assert m["op_card"]["impls"]["triton"]["backend"] == "triton"
     cases, results = store.load_cases(run), store.load_results(run)
     assert len(cases) == 6 and set(cases.status) == {"ok"}
     assert results.correct.all() and (results.clock == "cpu_wall").all()

@@ -152,7 +152,7 @@ def test_the_checker_finds_a_circle():
 
 
 # bottom first: a part imports only parts before it (docs/design.md, "Where things are")
-LAYERS = ["errors", "values", "op_checks", "tuning", "registry", "experiment", "store",
+LAYERS = ["errors", "values", "op_checks", "tuning", "registry", "op_card", "experiment", "store",
           "profilers", "machine", "analysis", "execute", "present", "cli", "__main__"]
 
 

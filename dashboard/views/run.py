@@ -34,7 +34,8 @@ else:
         st.markdown("\n".join(lines))
 
 st.subheader("Summary")
-tables.show(data.summary_table(rd.summary, rd.is_cpu), hide_index=True, width="stretch")
+tables.show(data.summary_table(rd.summary, rd.is_cpu, rd.manifest), hide_index=True,
+            width="stretch")
 
 st.subheader("Speedup vs shape")
 if rd.is_cpu:

@@ -22,12 +22,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness import store
+from harness import op_card, store
 from harness.analysis import noise as noisemod
 from harness.analysis import paired as pairedmod
 from harness.analysis import spread
 from harness.analysis.diff import (TimeDiff, clock_explained, clock_ratio, compare_samples,
-                                   impl_backend, same_code)
+                                   same_code)
 from harness.values import finite as _num
 
 Z_MDE = 1.96 + 0.8416  # two-sided 95 %, 80 % power
@@ -50,7 +50,7 @@ class Judge:
     def __init__(self, base_dir: Path, cand_dir: Path, mb: dict, mc: dict,
                  pairs: list[dict], base_rows: dict, cand_rows: dict, *,
                  noise: float | None, alpha: float, cpu: bool):
-        self.base_dir, self.cand_dir = base_dir, cand_dir
+        self.base_dir, self.cand_dir, self.mc = base_dir, cand_dir, mc
         self.base_rows, self.cand_rows = base_rows, cand_rows
         self.noise, self.alpha, self.cpu = noise, alpha, cpu
         self.ab = ab_rounds(base_dir, cand_dir, mb, mc)
@@ -91,7 +91,8 @@ class Judge:
             method = "measured"
         else:
             floor = self._floor()
-            band = floor.for_impl(r["impl"], impl_backend(r["op"], r["impl"], rc.get("base_impl")))
+            band = floor.for_impl(r["impl"], op_card.backend(self.mc, r["op"], r["impl"],
+                                                             rc.get("base_impl")))
             self.rule.fallback += 1
             method = "floor"
         band = max(band, noisemod.pair_mde(xb, xc))

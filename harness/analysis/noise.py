@@ -302,20 +302,22 @@ def _aa_ratios(a: Path, b: Path) -> pd.Series:
     x = ra.loc[common, "median_ms"].astype(float) / rb.loc[common, "median_ms"].astype(float)
     impl = ra.loc[common, "impl"] if "impl" in ra.columns else pd.Series("", index=common)
     out = pd.Series(np.abs(np.log(x.to_numpy(dtype=float))), index=impl.to_numpy(), dtype=float)
-    out.attrs["peers"] = _peer_impls(ra.loc[common])
+    out.attrs["peers"] = _peer_impls(ra.loc[common], store.load_manifest(a))
     return out
 
 
-def _peer_impls(rows: pd.DataFrame) -> set[str]:
-    """The implementations among `rows` (cases with impl, op, base_impl) registered with a
-    PEER_BACKENDS backend (one this checkout does not register counts as ours)."""
-    from harness.analysis.diff import impl_backend
+def _peer_impls(rows: pd.DataFrame, manifest: dict | None = None) -> set[str]:
+    """The implementations among `rows` (cases with impl, op, base_impl) with a PEER_BACKENDS
+    backend, by the run's op card or else this checkout's registry (one neither knows counts
+    as ours)."""
+    from harness import op_card
 
     if "impl" not in rows.columns or "op" not in rows.columns:
         return set()
     out = set()
     for r in rows.drop_duplicates("impl").itertuples():
-        if impl_backend(r.op, r.impl, getattr(r, "base_impl", None)) in PEER_BACKENDS:
+        if op_card.backend(manifest, r.op, r.impl, getattr(r, "base_impl", None)) \
+                in PEER_BACKENDS:
             out.add(r.impl)
     return out
 

@@ -89,10 +89,11 @@ class Pair:
     def create(cls, a, min_effect: float, console) -> "Pair":
         """Validate everything (nothing is written on a user error but the extracted trees),
         then write the base run and the head run."""
-        from harness import store
+        from harness import op_card, store
         from harness.experiment import spec
         from harness.execute import runner
         from harness.execute import code_tree
+        from harness.registry import get_op
         from harness.analysis.pairing import Against
         from harness.execute.executors.local import LocalExecutor
         from harness.execute.executors.process import kernel_caches
@@ -104,9 +105,9 @@ class Pair:
         cases = spec.select(spec.expand(exp, smoke=use_smoke), a.cases)
         base_tree = code_tree.materialise(exp.op, a.base, a.store, "--base")
         head_tree = code_tree.materialise(exp.op, a.head, a.store, "--head") if a.head else None
-        for tree in (base_tree, head_tree):
-            if tree is not None:
-                code_tree.load_op(tree)  # a commit whose module does not import: exit 2 now
+        # a commit whose module does not import: exit 2 now
+        base_op = code_tree.load_op(base_tree)
+        head_op = code_tree.load_op(head_tree) if head_tree is not None else get_op(exp.op)
         if dev == "cpu":
             console.print(f"[yellow]No CUDA device ({why}):[/] both versions on the CPU, "
                           "Triton through the interpreter: CPU timings are not judged.")
@@ -125,11 +126,13 @@ class Pair:
         }
         base = store.create_run(a.store, exp.name, {
             **common, "env": _tree_env(env, base_tree), "code_tree": base_tree,
+            op_card.KEY: op_card.card(base_op),
             "ab": {"role": "base", "rev": a.base, "sha": base_tree["sha"],
                    "min_effect": min_effect}})
         head_env = _tree_env(env, head_tree) if head_tree else env
         head = store.create_run(a.store, exp.name, {
             **common, "env": head_env, **({"code_tree": head_tree} if head_tree else {}),
+            op_card.KEY: op_card.card(head_op),
             "created_utc": datetime.now(timezone.utc).isoformat(),
             "ab": {"role": "head", "rev": a.head or "working tree",
                    "sha": head_tree["sha"] if head_tree else None, "base_run": base.name,

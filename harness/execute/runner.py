@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from harness.machine import env as envmod
-from harness import store
+from harness import op_card, store
 from harness.experiment import spec
 from harness.errors import HarnessError
 from harness.execute.executors import Executor, from_manifest, make_executor
@@ -27,6 +27,7 @@ from harness.execute.executors.schedule import case_costs, case_timeout_s, longe
 from harness.execute.previous import previous_medians
 from harness.execute.profiler_passes import ProfilerPasses
 from harness.execute.code_tree import op_for
+from harness.registry import get_op
 from harness.store.results import cases_frame, consolidate
 
 MEASURE_PASSES = ("check", "time")
@@ -320,6 +321,7 @@ def start(exp_path: str, *, out_root: str, smoke: bool | None, cases_filter: str
         "against": asked.as_dict() if asked else None,  # None: found at the end of the run
         "retune": retune,  # True: no Tuner pick taken over from the previous run
         "profile_harness": profile_harness,  # raw/harness_profile/: cProfile of each process
+        op_card.KEY: op_card.card(get_op(exp.op)),  # what `show` and `report` need of the op
     }
     run_dir = store.create_run(out_root, exp.name, manifest)
     store.write_table(run_dir, "cases", cases_frame(cases))

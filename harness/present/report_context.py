@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness import store
+from harness import op_card, store
 from harness.analysis.compare import compare_samples
 from harness.present.charts import OCCUPANCY_COLUMNS, occupancy_table, shape_label
 from harness.present.report_pivot import pivot, varying
-from harness.present.show import (_primary, _v, config_cells, constant_params, fmt_bytes, fmt_ms,
+from harness.present.show import (_v, config_cells, constant_params, fmt_bytes, fmt_ms,
                           not_ok_groups, spread_pct)
 from harness.values import finite as _n
 
@@ -213,7 +213,7 @@ def failures(df: pd.DataFrame) -> list[str]:
 
 
 def cases_table(df: pd.DataFrame, cpu: bool, primary: str, baseline: str,
-                fixed: dict | None = None) -> dict:
+                fixed: dict | None = None, manifest: dict | None = None) -> dict:
     has_ncu = "achieved_occupancy_pct" in df and df["achieved_occupancy_pct"].notna().any()
     has_roof = "pct_of_roof" in df and df["pct_of_roof"].notna().any()
     has_same = "pct_of_size_copy" in df and df["pct_of_size_copy"].notna().any()
@@ -231,7 +231,7 @@ def cases_table(df: pd.DataFrame, cpu: bool, primary: str, baseline: str,
             cols, align = cols + ["occ %", "regs", "top stall"], align + "rrl"
         cols, align = cols + ["verdict"], align + "l"
     records = df.to_dict("records")
-    configs = config_cells(records)  # the launch config, where it varies between cases
+    configs = config_cells(records, manifest)  # the launch config, where it varies
     if configs is not None:
         cols, align = cols + [configs[0]], align + "l"
     rows = []
@@ -419,7 +419,7 @@ def build(run_dir: Path, df: pd.DataFrame, store_arg: str, calibration: dict | N
     exp = m["experiment"]
     cpu = m.get("device") != "cuda"
     env = m.get("env") or {}
-    primary = _primary(exp["op"])
+    primary = op_card.primary(m)
     where = env.get("gpu_name") if not cpu else "CPU (Triton interpreter)"
     notes = []
     if not cpu and calibration is None:
@@ -441,7 +441,7 @@ def build(run_dir: Path, df: pd.DataFrame, store_arg: str, calibration: dict | N
         "fixed": " ".join(f"{k}={_v(v)}" for k, v in fixed.items()),
         "pivot": pivot(df, cpu=cpu, primary=primary, fixed=fixed),
         "verdicts": verdicts(df, fixed),
-        "cases": cases_table(df, cpu, primary, exp.get("baseline"), fixed),
+        "cases": cases_table(df, cpu, primary, exp.get("baseline"), fixed, m),
         "cut": [],  # what report_budget left out of the Markdown to fit a PR comment
         "occupancy": occupancy_rows(df), "flags": flag_lines(df),
         "n_flags": len(flag_lines(df)), "passes": pass_lines(m),

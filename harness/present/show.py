@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from harness import store
+from harness import op_card, store
 from harness.analysis.summary import summary_frame
 from harness.experiment.spec import DTYPE_SHORT
 from harness.values import finite as _n
@@ -72,19 +72,17 @@ def parse_config(raw) -> dict[str, dict]:
     return raw if isinstance(raw, dict) else {}
 
 
-def tuner_prefixes(rows: list[dict]) -> dict[str, str]:
+def tuner_prefixes(rows: list[dict], manifest: dict | None = None) -> dict[str, str]:
     """Tuner name -> the prefix its fields have as tunables of the rows' impls ("" for an
-    impl's unprefixed Tuner), so that shown names match the YAML (`dq.BLOCK_M`)."""
-    from harness.registry import registry
+    impl's unprefixed Tuner), so that shown names match the YAML (`dq.BLOCK_M`); from the
+    run's op card (harness.op_card), else the registry."""
+    from harness import op_card
 
     out: dict[str, str] = {}
     for op_name, impl in {(r.get("op"), r.get("base_impl") or r.get("impl")) for r in rows}:
-        try:
-            tuners = registry().get_op(op_name).impls[impl].all_tuners()
-        except Exception:  # an op or impl no longer registered: tuner names as recorded
-            continue
-        for prefix, t in tuners.items():
-            out.setdefault(t.name, prefix)
+        # an op or impl no longer registered: tuner names as recorded
+        for name, prefix in (op_card.tuners(manifest, op_name, impl) or {}).items():
+            out.setdefault(name, prefix)
     return out
 
 
@@ -116,14 +114,14 @@ def fold_repeats(cfg: dict[str, dict]) -> dict[str, dict]:
     return out
 
 
-def config_cells(rows: list[dict]) -> tuple[str, list[str]] | None:
+def config_cells(rows: list[dict], manifest: dict | None = None) -> tuple[str, list[str]] | None:
     """(header, cells): per row, the launch-config fields that vary across the run, and the
     source when not tuned. When every configured row has the same fields the header names them
     and a cell is `64/32/4 (forced)`; else a cell is `BLOCK_M=64 dq.BLOCK_N=32`. None when no
     field varies (the column is left out)."""
     cfgs = [fold_repeats(parse_config(r.get("config"))) for r in rows]
     many = len({t for c in cfgs for t in c}) > 1
-    prefixes = tuner_prefixes(rows) if many else {}
+    prefixes = tuner_prefixes(rows, manifest) if many else {}
     flats = [flat_config(c, many, prefixes) for c in cfgs]
     keys = list(dict.fromkeys(k for f in flats for k in f))
     varying = [k for k in keys if len({json.dumps(f.get(k)) for f in flats if f}) > 1 or
@@ -153,15 +151,6 @@ def compact_keys(keys: list[str]) -> str:
     return "/".join(out)
 
 
-def _primary(op_name: str) -> str:
-    from harness.registry import registry
-
-    try:
-        return registry().get_op(op_name).primary
-    except Exception:  # an op no longer registered still shows its run
-        return "gbps"
-
-
 def _load(run_dir: Path) -> tuple[dict, pd.DataFrame]:
     m = store.load_manifest(run_dir)
     return m, summary_frame(run_dir)  # cases keep the sweep's order: dtype, shape, impl
@@ -172,7 +161,7 @@ def render(run_dir: str | Path, console: Console) -> None:
     m, df = _load(run_dir)
     exp = m["experiment"]
     env = m.get("env") or {}
-    primary = _primary(exp["op"])
+    primary = op_card.primary(m)
     cpu = m.get("device") == "cpu"
     where = env.get("gpu_name") or f"CPU ({env.get('cpu') or 'unknown'})"
     console.print(f"[bold]{exp['name']}[/] · op {exp['op']} · {where} · run {m['run_id']} · "
@@ -214,7 +203,7 @@ def render(run_dir: str | Path, console: Console) -> None:
     if has_k:
         t.add_column("kernels", justify="right", no_wrap=True)
     t.add_column("flags", justify="right", no_wrap=True)
-    configs = config_cells(records)
+    configs = config_cells(records, m)
     if configs is not None:
         t.add_column(escape(configs[0]), justify="left", no_wrap=True)
     for i, r in enumerate(records):

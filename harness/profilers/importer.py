@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import store
+from harness import op_card, store
 from harness.errors import ImportFormatError
 from harness.store.option import add_store_argument
 
@@ -130,6 +130,7 @@ def import_path(path: str | Path, out_root: str | Path, name: str | None = None,
         "passes": {"import": f"done: {kind}"},
         "command": ["python", "-m", "harness", *(argv or ["import", str(path)])],
         "created_utc": datetime.now(timezone.utc).isoformat(),
+        op_card.KEY: {"primary": "gbps", "impls": {}},  # no op: nothing to ask the registry
     }
     run_dir = store.create_run(out_root, exp_name, manifest)
     cases = pd.DataFrame([_case_row(kernels, c) for c in case_ids])
