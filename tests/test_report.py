@@ -300,3 +300,54 @@ def test_chart_builders_on_the_real_run():
     assert list(occ.columns[:4]) == ["impl", "case", "achieved occupancy %",
                                      "theoretical occupancy %"]
     assert len(occ) == 6 and set(occ["limiter"]) == {"registers"}
+
+
+def test_report_compares_a_pair_once_where_since_and_against_name_the_same_run(
+        tmp_path, monkeypatch):
+    """The since block's previous run is usually the one --against names: 1.4 s of a
+    report of a 280-case run on a 2-core machine was that comparison made twice."""
+    from harness import store
+    from harness.analysis import compare, pairing
+
+    before = tmp_path / H200
+    shutil.copytree(FIXTURES / H200, before)
+    after = tmp_path / "20261123T000000Z-softmax-after"
+    shutil.copytree(FIXTURES / H200, after)
+    m = store.load_manifest(after)
+    store.write_manifest(after, {**m, "run_id": after.name,
+                                 "created_utc": "2026-11-23T00:00:00+00:00"})
+    pairing.record(after)  # its previous run: `before`
+    made = []
+    real = compare.compare_runs
+    monkeypatch.setattr(compare, "compare_runs", lambda *a, **k: made.append(a) or real(*a, **k))
+    w = write_report(after, tmp_path / "rep", fmt="md", against=before, png=False,
+                     store_arg=str(tmp_path))
+    assert len(made) == 1
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert f"## Since `{H200}` (auto)" in md and f"Compared with base `{H200}`" in md
+    assert w.paths == [tmp_path / "rep" / "report.md"]
+
+
+def test_a_report_against_a_run_it_cannot_compare_writes_nothing(tmp_path, monkeypatch):
+    """The PNGs (seconds of a headless Chromium) are drawn while the comparisons are made, into
+    a folder of their own: a comparison that fails leaves nothing behind."""
+    from harness.present import report
+
+    drawn = []
+
+    def fake_pngs(figs, out):  # the PNGs are drawn beside the comparison, into a folder of
+        p = Path(out) / "roofline.png"  # their own
+        p.write_bytes(b"png")
+        drawn.append(p)
+        return [p], None
+
+    monkeypatch.setattr(report, "export_pngs", fake_pngs)
+    out = tmp_path / "deep" / "rep"
+    with pytest.raises(HarnessError, match="no case in common"):
+        report.write_report(FIXTURES / H200, out, against=FIXTURES / CPU,
+                            allow_incomparable=True, store_arg=str(FIXTURES))
+    assert drawn and not drawn[0].exists() and not out.exists()
+    # comparable: the PNG drawn meanwhile lands beside the documents
+    w = report.write_report(FIXTURES / H200, out, store_arg=str(FIXTURES))
+    assert sorted(p.name for p in w.paths) == ["report.html", "report.md", "roofline.png"]
+    assert (out / "roofline.png").read_bytes() == b"png"

@@ -81,9 +81,11 @@ class Since:
 
 # -- data ------------------------------------------------------------------------------------------
 
-def since_data(run_dir: str | Path, *, limit: int = LIMIT) -> Since | None:
+def since_data(run_dir: str | Path, *, limit: int = LIMIT,
+               known: dict | None = None) -> Since | None:
     """The block for a run from its manifest's `against` record (None: nothing recorded, a run
-    made before pairing existed)."""
+    made before pairing existed). `known`: {(resolved base dir, allow_incomparable): the
+    comparison of that base with this run}, made already (report --against): not made again."""
     from harness.analysis.compare import compare_runs
 
     run_dir = Path(run_dir)
@@ -95,7 +97,10 @@ def since_data(run_dir: str | Path, *, limit: int = LIMIT) -> Since | None:
         return Since(m["run_id"], pair, message=f"since: {pair.why}")
     try:
         prev = against_dir(run_dir, pair)
-        c = compare_runs(prev, run_dir, allow_incomparable=pair.how == "explicit")
+        allow = pair.how == "explicit"
+        c = (known or {}).get((Path(prev).resolve(), allow))
+        if c is None:
+            c = compare_runs(prev, run_dir, allow_incomparable=allow)
     except HarnessError as exc:
         return Since(m["run_id"], pair, message=f"since {pair.run_id} ({pair.how}): not "
                                                 f"compared: {exc}")

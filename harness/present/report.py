@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -78,7 +81,8 @@ class Report:
     """Everything loaded once: summary frame with significance marks, calibration, comparison."""
 
     def __init__(self, run_dir: Path, *, against: Path | None = None, store_arg: str = "runs",
-                 store_root: Path | None = None, allow_incomparable: bool = False):
+                 store_root: Path | None = None, allow_incomparable: bool = False,
+                 pair: bool = True):
         from harness.present import report_context
         from harness.analysis.summary import summary_frame
 
@@ -90,13 +94,25 @@ class Report:
                                                store.load_samples(self.run_dir))
         self.metrics = store.load_metrics(self.run_dir)
         self.ctx = report_context.build(self.run_dir, self.df, store_arg, self.calibration)
-        self.ctx.update(since_context(self.run_dir))  # the since-last-run block, at the top
+        self.against, self.allow_incomparable = against, allow_incomparable
         self.comparison = None
-        if against is not None:
+        self.ctx.update(since="", since_html="")
+        if pair:
+            self.pair()
+
+    def pair(self) -> None:
+        """The comparisons with other runs: --against's, and the since-last-run block at the
+        top (one comparison where both name the same run, as `run`'s previous run usually is:
+        a 280-case pair takes seconds). `pair=False` leaves them for this call (write_report
+        draws the PNGs meanwhile)."""
+        known = {}
+        if self.against is not None:
             from harness.analysis.compare import compare_runs
 
-            self.comparison = compare_runs(against, self.run_dir,
-                                           allow_incomparable=allow_incomparable)
+            self.comparison = compare_runs(self.against, self.run_dir,
+                                           allow_incomparable=self.allow_incomparable)
+            known[(Path(self.against).resolve(), self.allow_incomparable)] = self.comparison
+        self.ctx.update(since_context(self.run_dir, known))
 
     # -- charts ---------------------------------------------------------------------------------
     def figures(self) -> dict:
@@ -152,15 +168,16 @@ class Report:
             generated=generated or _now())
 
 
-def since_context(run_dir: Path) -> dict:
+def since_context(run_dir: Path, known: dict | None = None) -> dict:
     """`since` (Markdown) and `since_html` (markup, inside <section class="since">): the run's
-    since-last-run block (analysis.since); empty when the manifest records no pair (a run made
-    before pairing existed)."""
+    since-last-run block (analysis.since; `known`: comparisons made already, as since_data
+    takes them); empty when the manifest records no pair (a run made before pairing
+    existed)."""
     from markupsafe import Markup
 
     from harness.analysis.since import since_data, since_html, since_markdown
 
-    s = since_data(run_dir)
+    s = since_data(run_dir, known=known)
     if s is None:
         return {"since": "", "since_html": ""}
     return {"since": since_markdown(s), "since_html": Markup(since_html(s))}
@@ -196,15 +213,22 @@ def write_report(run_dir: Path, out: Path, *, fmt: str = "both", against: Path |
                  store_arg: str = "runs", store_root: Path | None = None, png: bool = True,
                  allow_incomparable: bool = False, generated: str | None = None) -> Written:
     rep = Report(run_dir, against=against, store_arg=store_arg, store_root=store_root,
-                 allow_incomparable=allow_incomparable)
+                 allow_incomparable=allow_incomparable, pair=False)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     written = Written()
     figs = rep.figures() if fmt in ("html", "both") or png else {}
     pngs: list[Path] = []
-    if png and figs:
-        pngs, written.png_note = export_pngs(figs, out)
-    elif not png and figs:
+    # the PNGs (a headless Chromium: seconds) are drawn, into a folder of their own, while the
+    # comparisons are made; a comparison that fails (runs not comparable) leaves nothing
+    with tempfile.TemporaryDirectory(prefix="report-png-") as tmp, \
+            ThreadPoolExecutor(1, thread_name_prefix="report-png") as pool:
+        drawn = pool.submit(export_pngs, figs, Path(tmp)) if png and figs else None
+        rep.pair()
+        out.mkdir(parents=True, exist_ok=True)
+        if drawn is not None:
+            drew, written.png_note = drawn.result()
+            pngs = [Path(shutil.move(p, out / p.name)) for p in drew]
+    if not png and figs:
         written.png_note = "PNG charts not written (--no-png)"
     beside = ([("report.html", "self-contained, interactive")] if fmt != "md" else []) + \
         [(p.name, CHARTS[p.stem]) for p in pngs]
