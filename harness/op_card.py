@@ -19,7 +19,9 @@ def card(op) -> dict:
     impls = {}
     for name, impl in op.impls.items():
         try:
-            tuners = {t.name: prefix for prefix, t in impl.all_tuners().items()}
+            tuners: dict | None = {}
+            for prefix, t in impl.all_tuners().items():
+                tuners.setdefault(t.name, prefix)  # a name under two prefixes: the first
         except Exception:  # what the registry cannot list, a reader asks it for again
             tuners = None
         impls[name] = {"backend": impl.backend, "tuners": tuners}
@@ -61,7 +63,10 @@ def tuners(manifest: dict | None, op: str, impl: str) -> dict[str, str] | None:
         found = registry().get_op(op).impls[impl].all_tuners()
     except Exception:  # an op or impl no longer registered
         return None
-    return {t.name: prefix for prefix, t in found.items()}
+    out: dict[str, str] = {}
+    for prefix, t in found.items():
+        out.setdefault(t.name, prefix)
+    return out
 
 
 def backend(manifest: dict | None, op: str, impl: str, base_impl=None) -> str | None:

@@ -42,6 +42,15 @@ def test_the_card_lists_the_primary_metric_backends_and_tuner_prefixes():
     json.dumps(c)  # it goes into the manifest
 
 
+def test_a_tuner_under_two_prefixes_keeps_the_first():
+    from types import SimpleNamespace as NS
+
+    t = NS(name="shared.tuner")
+    op = NS(primary="gbps", impls={"x": NS(backend="triton",
+                                          all_tuners=lambda: {"a": t, "b": t})})
+    assert op_card.card(op)["impls"]["x"]["tuners"] == {"shared.tuner": "a"}
+
+
 def test_readers_take_the_card_and_fall_back_to_the_registry(monkeypatch):
     from harness.present.show import config_cells
 

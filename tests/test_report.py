@@ -326,6 +326,14 @@ def test_report_compares_a_pair_once_where_since_and_against_name_the_same_run(
     md = (tmp_path / "rep" / "report.md").read_text()
     assert f"## Since `{H200}` (auto)" in md and f"Compared with base `{H200}`" in md
     assert w.paths == [tmp_path / "rep" / "report.md"]
+    # a pair named at run time (`run --against`, an ab head) is compared allowing what differs:
+    # --against's comparison, which found nothing to refuse, is that one
+    m = store.load_manifest(after)
+    store.write_manifest(after, {**m, "against": {**m["against"], "how": "explicit"}})
+    write_report(after, tmp_path / "rep", fmt="md", against=before, png=False,
+                 store_arg=str(tmp_path))
+    assert len(made) == 2
+    assert f"## Since `{H200}` (explicit)" in (tmp_path / "rep" / "report.md").read_text()
 
 
 def test_a_report_against_a_run_it_cannot_compare_writes_nothing(tmp_path, monkeypatch):
@@ -351,3 +359,7 @@ def test_a_report_against_a_run_it_cannot_compare_writes_nothing(tmp_path, monke
     w = report.write_report(FIXTURES / H200, out, store_arg=str(FIXTURES))
     assert sorted(p.name for p in w.paths) == ["report.html", "report.md", "roofline.png"]
     assert (out / "roofline.png").read_bytes() == b"png"
+    # drawn no more (Chromium gone): the older charts go too, as the report says
+    monkeypatch.setattr(report, "export_pngs", lambda figs, out: ([], "PNG charts not written"))
+    w = report.write_report(FIXTURES / H200, out, store_arg=str(FIXTURES))
+    assert w.png_note and not list(out.glob("*.png"))

@@ -85,7 +85,8 @@ def since_data(run_dir: str | Path, *, limit: int = LIMIT,
                known: dict | None = None) -> Since | None:
     """The block for a run from its manifest's `against` record (None: nothing recorded, a run
     made before pairing existed). `known`: {(resolved base dir, allow_incomparable): the
-    comparison of that base with this run}, made already (report --against): not made again."""
+    comparison of that base with this run}, made already (report --against): not made again
+    (`_known`)."""
     from harness.analysis.compare import compare_runs
 
     run_dir = Path(run_dir)
@@ -98,13 +99,23 @@ def since_data(run_dir: str | Path, *, limit: int = LIMIT,
     try:
         prev = against_dir(run_dir, pair)
         allow = pair.how == "explicit"
-        c = (known or {}).get((Path(prev).resolve(), allow))
+        c = _known(known, prev, allow)
         if c is None:
             c = compare_runs(prev, run_dir, allow_incomparable=allow)
     except HarnessError as exc:
         return Since(m["run_id"], pair, message=f"since {pair.run_id} ({pair.how}): not "
                                                 f"compared: {exc}")
     return _from_comparison(m, store.load_manifest(prev), pair, c, limit)
+
+
+def _known(known: dict | None, prev: Path, allow: bool):
+    """The comparison of `prev` with the run in `known`, made with or without
+    allow_incomparable: one made without it found nothing to refuse, so it is the one allowing
+    would make. None: not made yet."""
+    for (base, allowed), c in (known or {}).items():
+        if base == Path(prev).resolve() and (allowed == allow or not allowed):
+            return c
+    return None
 
 
 def _from_comparison(m, mp, pair: Against, c, limit: int) -> Since:

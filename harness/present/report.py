@@ -219,7 +219,8 @@ def write_report(run_dir: Path, out: Path, *, fmt: str = "both", against: Path |
     figs = rep.figures() if fmt in ("html", "both") or png else {}
     pngs: list[Path] = []
     # the PNGs (a headless Chromium: seconds) are drawn, into a folder of their own, while the
-    # comparisons are made; a comparison that fails (runs not comparable) leaves nothing
+    # comparisons are made; a comparison that fails (runs not comparable) leaves nothing. On
+    # an error or Ctrl-C the pool's exit waits for the drawing to end, then the folder goes.
     with tempfile.TemporaryDirectory(prefix="report-png-") as tmp, \
             ThreadPoolExecutor(1, thread_name_prefix="report-png") as pool:
         drawn = pool.submit(export_pngs, figs, Path(tmp)) if png and figs else None
@@ -228,6 +229,9 @@ def write_report(run_dir: Path, out: Path, *, fmt: str = "both", against: Path |
         if drawn is not None:
             drew, written.png_note = drawn.result()
             pngs = [Path(shutil.move(p, out / p.name)) for p in drew]
+            if written.png_note:  # none drawn: no older charts beside a report that says so
+                for stem in figs:
+                    (out / f"{stem}.png").unlink(missing_ok=True)
     if not png and figs:
         written.png_note = "PNG charts not written (--no-png)"
     beside = ([("report.html", "self-contained, interactive")] if fmt != "md" else []) + \
