@@ -37,6 +37,9 @@ def _add_run(sub):
     p.add_argument("--retune", action="store_true",
                    help="time the Tuners' candidates again even where the previous run of "
                         "unchanged code picked them (default: its picks are kept)")
+    p.add_argument("--reprofile", action="store_true",
+                   help="profile every case again (default: a case whose code, config and "
+                        "compiled kernels are those of the previous run keeps its profile)")
 
 
 def _sigterm_as_interrupt(signum, frame):
@@ -66,7 +69,7 @@ def _cmd_run(a, console: Console) -> int:
             run_dir = runner.start(a.experiment, out_root=a.store, smoke=a.smoke,
                                    cases_filter=a.cases, device=a.device, console=console,
                                    argv=sys.argv[1:], gpus=a.gpus, ray=a.ray,
-                                   against=a.against, retune=a.retune,
+                                   against=a.against, retune=a.retune, reprofile=a.reprofile,
                                    profile_harness=a.profile_harness)
     except Interrupted as exc:
         run_dir = exc.args[0] if exc.args else None

@@ -17,7 +17,7 @@ from rich.progress import Progress
 from harness.machine import env as envmod
 from harness import store
 from harness.experiment import spec
-from harness.execute import sharing
+from harness.execute import profile_carry, sharing
 from harness.execute.executors.process import (Interrupted, describe_rc, join, run_threads,
                                                stream, worker_argv, worker_env)
 from harness.execute.executors.schedule import (PROFILE_CASE_S, PROFILE_PROCESS_S, PROFILE_SETUP_S,
@@ -177,9 +177,19 @@ class ProfilerPasses:
         # one report per pass: a pass stopped half-way (Ctrl-C, timeout) is redone whole,
         # not just for the cases its worker had not reached
         store.clear_parts(self.run_dir, prof_name)
+        record, carry = profile_carry.plan(self.run_dir, prof_name, prof.source, avail.detail,
+                                           options, self.op, cases)
+        carried = set(carry.ids) if carry else set()
+        cases = [c for c in cases if c not in carried]
+        if not cases:  # every profile carried over: no profiler process
+            self._land(prof_name, prof.source, [], {}, {**record, "wall_s": 0.0, "cases": 0},
+                       [], carry)
+            return None
         task = progress.add_task(prof_name, total=len(cases))
         options = prof.prepare(options, store.load_cases(self.run_dir), cases)
-        return _Pass(prof_name, prof, options, cases, progress, task)
+        p = _Pass(prof_name, prof, options, cases, progress, task)
+        p.record, p.carry = record, carry
+        return p
 
     def _run_processes(self, passes: list["_Pass"]) -> None:
         """Every shard of `passes` as a profiler process pinned to its GPU: one process at a
@@ -272,25 +282,40 @@ class ProfilerPasses:
             if got["tables_error"] is not None:
                 exc = got["tables_error"]
                 states.append(f"done (source lines failed: {type(exc).__name__}: {exc})")
-        import pandas as pd
-
-        frames = [f for f in frames if len(f)]
-        self._merge_metrics(p.prof.source, pd.concat(frames, ignore_index=True) if frames
-                            else pd.DataFrame(columns=store.METRIC_COLUMNS))
-        for name, parts in tables.items():
-            store.write_table(self.run_dir, name, pd.concat(parts, ignore_index=True))
-        timing = {"wall_s": round(wall, 2), "run_s": round(ran, 2),
+        timing = {**p.record, "wall_s": round(wall, 2), "run_s": round(ran, 2),
                   "export_s": round(export_s, 2), "cases": len(p.cases),
                   "per_case_s": p.per_case}
         if len(p.shards) > 1 or side_by_side:
             timing["gpus"] = {str(g): len(ids) for g, ids, _ in p.shards}
         if side_by_side:
             timing["side_by_side"] = True
+        self._land(prof_name, p.prof.source, frames, tables, timing, states, p.carry)
+
+    def _land(self, prof_name: str, source: str, frames: list, tables: dict, timing: dict,
+              states: list[str], carry: "profile_carry.Carry | None") -> None:
+        """Write a pass's metrics and tables, with the profiles it carried over
+        (execute.profile_carry.Carry), its record in the manifest's `profiler_wall_s`, and its
+        state."""
+        import pandas as pd
+
+        if carry is not None:
+            frames = [*frames, carry.rows]
+            for name, table in carry.tables.items():
+                tables.setdefault(name, []).append(table)
+            timing["carried"] = {"from": carry.prev.name, "cases": len(carry.ids)}
+        frames = [f for f in frames if len(f)]
+        self._merge_metrics(source, pd.concat(frames, ignore_index=True) if frames
+                            else pd.DataFrame(columns=store.METRIC_COLUMNS))
+        for name, parts in tables.items():
+            store.write_table(self.run_dir, name, pd.concat(parts, ignore_index=True))
         self.manifest = store.update_manifest(
             self.run_dir, profiler_wall_s={**self.manifest.get("profiler_wall_s", {}),
                                            prof_name: timing})
         failed = [st for st in states if st.startswith("failed")]
-        self._set_pass(prof_name, failed[0] if failed else (states[0] if states else "done"))
+        state = failed[0] if failed else (states[0] if states else "done")
+        if carry is not None and state == "done":
+            state = carry.state
+        self._set_pass(prof_name, state)
 
     def _joint_shards(self, passes: list["_Pass"], gpus: list) -> list[list[tuple]]:
         """Per pass, its (gpu, case ids, out dir) shards when all `passes` share the GPUs
@@ -378,6 +403,8 @@ class _Pass:
         self.shards: list[tuple] = []           # (gpu, case ids, out dir) per process
         self.outcome: dict[int, tuple[int, bool]] = {}
         self.finished: list[dict] = []
+        self.record: dict = {}                  # execute.profile_carry.pass_record
+        self.carry = None                       # execute.profile_carry.Carry: taken over
         self.per_case: dict[str, float] = {}    # wall time under the profiler (replays included)
         self.span: list[float] = []             # first process start, last process end
         self.turn_at: float | None = None       # a process started early: when its turn came

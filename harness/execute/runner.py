@@ -283,6 +283,7 @@ def detect_device(requested: str | None) -> tuple[str, str]:
 def start(exp_path: str, *, out_root: str, smoke: bool | None, cases_filter: str | None,
           device: str | None, console: Console, argv: list[str], gpus: str | None = None,
           ray: str | None = None, against: str | None = None, retune: bool = False,
+          reprofile: bool = False,
           profile_harness: bool = False) -> Path:
     from harness.analysis import pairing
 
@@ -320,6 +321,7 @@ def start(exp_path: str, *, out_root: str, smoke: bool | None, cases_filter: str
         "kernel_caches": kernel_caches(),  # compile-ahead trusts only the same cache folders
         "against": asked.as_dict() if asked else None,  # None: found at the end of the run
         "retune": retune,  # True: no Tuner pick taken over from the previous run
+        "reprofile": reprofile,  # True: no profile carried over (execute.profile_carry)
         "profile_harness": profile_harness,  # raw/harness_profile/: cProfile of each process
         op_card.KEY: op_card.card(get_op(exp.op)),  # what `show` and `report` need of the op
     }

@@ -259,7 +259,8 @@ def render(run_dir: str | Path, console: Console) -> None:
     render_hot_lines(run_dir, console)
     by_state: dict[str, list[str]] = {}
     for name, state in (m.get("passes") or {}).items():
-        if not str(state).startswith("done"):
+        # not done, or done with profiles carried from the previous run (profile_carry)
+        if not str(state).startswith("done") or " carried from " in str(state):
             by_state.setdefault(str(state), []).append(name)
     for state, names in by_state.items():  # e.g. "ncu, nsys: skipped: no CUDA device ..."
         console.print(f"[dim]{', '.join(names)}: {state}[/]", soft_wrap=True)

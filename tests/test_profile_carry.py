@@ -1,0 +1,193 @@
+"""Profiles carried over from the previous run (harness.execute.profile_carry): a profiler pass
+profiles only the cases whose code, config or compiled kernels changed, takes the others' rows
+from the earlier run, and says so; `--reprofile`, another profiler, other options, another op
+or profiler code, a case not ok: profiled again."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+from rich.console import Console
+from rich.progress import Progress
+
+from harness import store
+from harness.execute import profile_carry
+from harness.experiment import spec
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {"device": "cuda", "gpu_name": "NVIDIA H100 80GB HBM3", "driver": "580.1",
+       "torch": "2.11", "triton": "3.6"}
+OPTIONS = SimpleNamespace(cases="all", timeout_s=60)
+
+# the fake profiler's process: writes the cases it was asked to profile, runs no worker
+_ASKED = ("import json, pathlib, sys; out = pathlib.Path(sys.argv[1]); a = sys.argv[2:]; "
+          "out.joinpath('asked.json').write_text(json.dumps(a[a.index('--cases') + 1]"
+          ".split(',')))")
+
+
+@pytest.fixture
+def test_ops(monkeypatch):
+    monkeypatch.setenv("HARNESS_OPS", "harness_test_ops")
+    monkeypatch.setenv("PYTHONPATH", f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
+    monkeypatch.syspath_prepend(str(ROOT / "tests"))
+    import harness.registry as reg
+    monkeypatch.setattr(reg, "_REGISTRY", None)  # rediscovered with the test op
+    yield
+
+
+@pytest.fixture
+def fakeprof(monkeypatch):
+    from harness.profilers import base
+
+    class Fake(base.Profiler):
+        name = source = "fakeprof"
+        tool = "fake 1.0"
+
+        def availability(self):
+            return base.Availability(True, Fake.tool)
+
+        def command(self, worker_argv, out_dir, options):
+            return [sys.executable, "-c", _ASKED, str(out_dir), *worker_argv]
+
+        def parse(self, out_dir):
+            asked = json.loads((out_dir / "asked.json").read_text())
+            return pd.DataFrame([{"case_id": c, "source": "fakeprof", "kernel": "k",
+                                  "name": "x", "value": 1.0, "unit": ""} for c in asked],
+                                columns=base.METRIC_COLUMNS)
+
+    monkeypatch.setitem(base._REGISTRY, "fakeprof", Fake)
+    return Fake
+
+
+def make_run(tmp_path: Path, name: str, hashes: dict[str, str], *, status="ok",
+             passes=None, record=None, metrics_value=None) -> tuple[Path, list[str]]:
+    """A cuda run of op scale2 (torch, zeros; N 64 and 1000) named `name` (its time stamp
+    orders it), its results carrying `hashes` ({impl: code_hash}); with `metrics_value`, the
+    fakeprof rows and source lines of a pass that ended `done` with `record`."""
+    from harness.store.results import cases_frame
+
+    exp = spec.from_dict({"name": "selftest", "op": "scale2", "baseline": "torch",
+                          "candidates": ["zeros"], "sweep": {"N": [64, 1000]},
+                          "dtypes": ["float32"]})
+    cases = spec.expand(exp)
+    made = store.create_run(tmp_path / "tmp", "selftest", {
+        "experiment": exp.model_dump(mode="json"), "device": "cuda", "seed": 1,
+        "status": "complete", "passes": passes or {}, "env": ENV,
+        "profiler_wall_s": {"fakeprof": record} if record else {}})
+    run = tmp_path / "store" / name
+    run.parent.mkdir(exist_ok=True)
+    made.rename(run)
+    store.write_manifest(run, {**store.load_manifest(run), "run_id": name})
+    frame = cases_frame(cases)
+    frame["status"] = status
+    store.write_table(run, "cases", frame)
+    ids = [c.case_id for c in cases]
+    impl = {c.case_id: c.impl for c in cases}
+    store.write_table(run, "results", pd.DataFrame({
+        "case_id": ids, "code_hash": [hashes[impl[c]] for c in ids],
+        "config": [None] * len(ids), "compiled": ['[{"kernel": "k", "registers": 32}]'] * len(ids)}))
+    if metrics_value is not None:
+        store.write_table(run, "metrics", pd.DataFrame(
+            [{"case_id": c, "source": "fakeprof", "kernel": "k", "name": "x",
+              "value": metrics_value, "unit": ""} for c in ids]))
+        store.write_table(run, "source_lines", pd.DataFrame([
+            {"case_id": c, "kernel": "k", "file": "k.py", "line": 3, "text": "x = y", "samples": 9,
+             "share": 0.5, "stall_mix": "{}", "library": False} for c in ids]))
+    return run, ids
+
+
+def profile(run: Path, ids: list[str]):
+    from harness.execute.runner import Runner
+
+    r = Runner(run, Console(file=open(os.devnull, "w")))
+    r.profile_cases = lambda which: ids
+    with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
+        r.profile_passes(progress, [("fakeprof", OPTIONS)])
+    asked = run / "raw" / "fakeprof" / "asked.json"
+    return r, (json.loads(asked.read_text()) if asked.exists() else None)
+
+
+def earlier(tmp_path, fakeprof, test_ops, **kw):
+    from harness.registry import get_op
+
+    record = profile_carry.pass_record(fakeprof.tool, OPTIONS, get_op("scale2"))
+    return make_run(tmp_path, "20261101T000000Z-selftest-aaaa", {"torch": "h1", "zeros": "h2"},
+                    passes={"fakeprof": "done"}, record=record, metrics_value=7.0, **kw)
+
+
+def test_only_the_changed_implementation_is_profiled_again(tmp_path, fakeprof, test_ops):
+    prev, ids = earlier(tmp_path, fakeprof, test_ops)
+    run, _ = make_run(tmp_path, "20261102T000000Z-selftest-bbbb", {"torch": "h1", "zeros": "h3"})
+    r, asked = profile(run, ids)
+    assert sorted(asked) == sorted(c for c in ids if c.startswith("zeros."))
+    m = store.load_metrics(run)
+    value = dict(zip(m.case_id, m.value))
+    assert {c: value[c] for c in ids} == {c: 7.0 if c.startswith("torch.") else 1.0 for c in ids}
+    assert r.passes["fakeprof"] == f"done: 2 of 4 cases carried from {prev.name}"
+    rec = store.load_manifest(run)["profiler_wall_s"]["fakeprof"]
+    assert rec["carried"] == {"from": prev.name, "cases": 2} and rec["cases"] == 2
+    assert rec["tool"] == "fake 1.0" and rec["code"] == profile_carry.profiler_code()
+    # the source lines of the carried cases come along
+    assert sorted(store.load_source_lines(run).case_id) == sorted(
+        c for c in ids if c.startswith("torch."))
+
+
+def test_unchanged_code_starts_no_profiler_process(tmp_path, fakeprof, test_ops):
+    prev, ids = earlier(tmp_path, fakeprof, test_ops)
+    run, _ = make_run(tmp_path, "20261102T000000Z-selftest-bbbb", {"torch": "h1", "zeros": "h2"})
+    r, asked = profile(run, ids)
+    assert asked is None  # nothing profiled
+    assert r.passes["fakeprof"] == f"done: 4 of 4 cases carried from {prev.name}"
+    assert set(store.load_metrics(run).value) == {7.0}
+    # and a run after it carries from it in turn
+    later, _ = make_run(tmp_path, "20261103T000000Z-selftest-cccc", {"torch": "h1", "zeros": "h2"})
+    r, asked = profile(later, ids)
+    assert asked is None and r.passes["fakeprof"].endswith(f"carried from {run.name}")
+
+
+@pytest.mark.parametrize("change", ["reprofile", "tool", "options", "profiler code", "op code",
+                                    "gpu", "not ok before", "pass failed before",
+                                    "earlier run unreadable"])
+def test_anything_else_changed_profiles_every_case(tmp_path, fakeprof, test_ops, monkeypatch,
+                                                   change):
+    prev, ids = earlier(tmp_path, fakeprof, test_ops,
+                        **({"status": "error"} if change == "not ok before" else {}))
+    run, _ = make_run(tmp_path, "20261102T000000Z-selftest-bbbb", {"torch": "h1", "zeros": "h2"})
+    m = store.load_manifest(run)
+    if change == "reprofile":
+        store.write_manifest(run, {**m, "reprofile": True})
+    elif change == "tool":
+        fakeprof.tool = "fake 2.0"
+    elif change == "options":
+        monkeypatch.setattr(sys.modules[__name__], "OPTIONS",
+                            SimpleNamespace(cases="all", timeout_s=60, sections=["x"]))
+    elif change == "profiler code":
+        monkeypatch.setattr(profile_carry, "profiler_code", lambda: "0" * 12)
+    elif change == "op code":
+        monkeypatch.setattr(profile_carry, "op_code", lambda op: "1" * 12)
+    elif change == "gpu":
+        store.write_manifest(run, {**m, "env": {**ENV, "driver": "590.0"}})
+    elif change == "earlier run unreadable":  # best effort: never a failed pass
+        (prev / "metrics.parquet").write_bytes(b"not parquet")
+    elif change == "pass failed before":
+        pm = store.load_manifest(prev)
+        store.write_manifest(prev, {**pm, "passes": {"fakeprof": "failed: exit 1"}})
+    r, asked = profile(run, ids)
+    assert sorted(asked) == sorted(ids)
+    assert r.passes["fakeprof"] == "done"
+
+
+def test_a_case_carries_only_with_the_same_config_and_kernels(tmp_path, fakeprof, test_ops):
+    prev, ids = earlier(tmp_path, fakeprof, test_ops)
+    run, _ = make_run(tmp_path, "20261102T000000Z-selftest-bbbb", {"torch": "h1", "zeros": "h2"})
+    res = store.load_results(run)
+    res.loc[res.case_id == ids[0], "config"] = '{"t": {"BLOCK": 64}}'
+    res.loc[res.case_id == ids[1], "compiled"] = '[{"kernel": "k", "registers": 40}]'
+    store.write_table(run, "results", res)
+    assert profile_carry.carried_cases(run, prev, "fakeprof", ids) == ids[2:]
+    assert profile_carry.carried_cases(run, prev, "otherprof", ids) == []  # no rows of it
