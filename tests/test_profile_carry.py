@@ -40,28 +40,51 @@ def test_ops(monkeypatch):
     yield
 
 
-@pytest.fixture
-def fakeprof(monkeypatch):
+def _fake(name: str, tables: tuple[str, ...] = ()):
+    """A profiler whose process writes the cases it was asked for and runs no worker; with
+    `tables`, it writes source lines of them too, as ncu does."""
     from harness.profilers import base
 
     class Fake(base.Profiler):
-        name = source = "fakeprof"
         tool = "fake 1.0"
 
         def availability(self):
-            return base.Availability(True, Fake.tool)
+            return base.Availability(True, type(self).tool)
 
         def command(self, worker_argv, out_dir, options):
             return [sys.executable, "-c", _ASKED, str(out_dir), *worker_argv]
 
         def parse(self, out_dir):
-            asked = json.loads((out_dir / "asked.json").read_text())
-            return pd.DataFrame([{"case_id": c, "source": "fakeprof", "kernel": "k",
-                                  "name": "x", "value": 1.0, "unit": ""} for c in asked],
+            return pd.DataFrame([{"case_id": c, "source": name, "kernel": "k", "name": "x",
+                                  "value": 1.0, "unit": ""} for c in _asked(out_dir)],
                                 columns=base.METRIC_COLUMNS)
 
-    monkeypatch.setitem(base._REGISTRY, "fakeprof", Fake)
+        def extra_tables(self, out_dir):
+            return {"source_lines": lines(_asked(out_dir), 1)} if tables else {}
+
+    Fake.name = Fake.source = name
+    Fake.tables = tables
     return Fake
+
+
+def _asked(out_dir) -> list[str]:
+    return json.loads((Path(out_dir) / "asked.json").read_text())
+
+
+def lines(ids, samples) -> pd.DataFrame:
+    return pd.DataFrame([{"case_id": c, "kernel": "k", "file": "k.py", "line": 3, "text": "x",
+                          "samples": samples, "share": 0.5, "stall_mix": "{}", "library": False}
+                         for c in ids])
+
+
+@pytest.fixture
+def fakeprof(monkeypatch):
+    from harness.profilers import base
+
+    fake = _fake("fakeprof", ("source_lines",))
+    monkeypatch.setitem(base._REGISTRY, "fakeprof", fake)
+    monkeypatch.setitem(base._REGISTRY, "fakensys", _fake("fakensys"))
+    return fake
 
 
 def make_run(tmp_path: Path, name: str, hashes: dict[str, str], *, status="ok",
@@ -78,7 +101,7 @@ def make_run(tmp_path: Path, name: str, hashes: dict[str, str], *, status="ok",
     made = store.create_run(tmp_path / "tmp", "selftest", {
         "experiment": exp.model_dump(mode="json"), "device": "cuda", "seed": 1,
         "status": "complete", "passes": passes or {}, "env": ENV,
-        "profiler_wall_s": {"fakeprof": record} if record else {}})
+        "profiler_wall_s": record or {}})
     run = tmp_path / "store" / name
     run.parent.mkdir(exist_ok=True)
     made.rename(run)
@@ -93,31 +116,30 @@ def make_run(tmp_path: Path, name: str, hashes: dict[str, str], *, status="ok",
         "config": [None] * len(ids), "compiled": ['[{"kernel": "k", "registers": 32}]'] * len(ids)}))
     if metrics_value is not None:
         store.write_table(run, "metrics", pd.DataFrame(
-            [{"case_id": c, "source": "fakeprof", "kernel": "k", "name": "x",
-              "value": metrics_value, "unit": ""} for c in ids]))
-        store.write_table(run, "source_lines", pd.DataFrame([
-            {"case_id": c, "kernel": "k", "file": "k.py", "line": 3, "text": "x = y", "samples": 9,
-             "share": 0.5, "stall_mix": "{}", "library": False} for c in ids]))
+            [{"case_id": c, "source": src, "kernel": "k", "name": "x",
+              "value": metrics_value, "unit": ""} for c in ids for src in record]))
+        store.write_table(run, "source_lines", lines(ids, 9))
     return run, ids
 
 
-def profile(run: Path, ids: list[str]):
+def profile(run: Path, ids: list[str], names=("fakeprof",)):
     from harness.execute.runner import Runner
 
     r = Runner(run, Console(file=open(os.devnull, "w")))
     r.profile_cases = lambda which: ids
     with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
-        r.profile_passes(progress, [("fakeprof", OPTIONS)])
-    asked = run / "raw" / "fakeprof" / "asked.json"
+        r.profile_passes(progress, [(n, OPTIONS) for n in names])
+    asked = run / "raw" / names[0] / "asked.json"
     return r, (json.loads(asked.read_text()) if asked.exists() else None)
 
 
-def earlier(tmp_path, fakeprof, test_ops, **kw):
+def earlier(tmp_path, fakeprof, test_ops, names=("fakeprof",), **kw):
     from harness.registry import get_op
 
-    record = profile_carry.pass_record(fakeprof.tool, OPTIONS, get_op("scale2"))
+    record = {n: profile_carry.pass_record(fakeprof.tool, OPTIONS, get_op("scale2"))
+              for n in names}
     return make_run(tmp_path, "20261101T000000Z-selftest-aaaa", {"torch": "h1", "zeros": "h2"},
-                    passes={"fakeprof": "done"}, record=record, metrics_value=7.0, **kw)
+                    passes={n: "done" for n in names}, record=record, metrics_value=7.0, **kw)
 
 
 def test_only_the_changed_implementation_is_profiled_again(tmp_path, fakeprof, test_ops):
@@ -132,9 +154,10 @@ def test_only_the_changed_implementation_is_profiled_again(tmp_path, fakeprof, t
     rec = store.load_manifest(run)["profiler_wall_s"]["fakeprof"]
     assert rec["carried"] == {"from": prev.name, "cases": 2} and rec["cases"] == 2
     assert rec["tool"] == "fake 1.0" and rec["code"] == profile_carry.profiler_code()
-    # the source lines of the carried cases come along
-    assert sorted(store.load_source_lines(run).case_id) == sorted(
-        c for c in ids if c.startswith("torch."))
+    # the source lines of the carried cases come along, beside the fresh ones
+    sl = store.load_source_lines(run)
+    assert dict(zip(sl.case_id, sl.samples)) == {
+        c: 9 if c.startswith("torch.") else 1 for c in ids}
 
 
 def test_unchanged_code_starts_no_profiler_process(tmp_path, fakeprof, test_ops):
@@ -143,7 +166,8 @@ def test_unchanged_code_starts_no_profiler_process(tmp_path, fakeprof, test_ops)
     r, asked = profile(run, ids)
     assert asked is None  # nothing profiled
     assert r.passes["fakeprof"] == f"done: 4 of 4 cases carried from {prev.name}"
-    assert set(store.load_metrics(run).value) == {7.0}
+    m = store.load_metrics(run)
+    assert len(m) == len(ids) and set(m.value) == {7.0}
     # and a run after it carries from it in turn
     later, _ = make_run(tmp_path, "20261103T000000Z-selftest-cccc", {"torch": "h1", "zeros": "h2"})
     r, asked = profile(later, ids)
@@ -183,11 +207,76 @@ def test_anything_else_changed_profiles_every_case(tmp_path, fakeprof, test_ops,
 
 
 def test_a_case_carries_only_with_the_same_config_and_kernels(tmp_path, fakeprof, test_ops):
+    from harness.registry import get_op
+
     prev, ids = earlier(tmp_path, fakeprof, test_ops)
     run, _ = make_run(tmp_path, "20261102T000000Z-selftest-bbbb", {"torch": "h1", "zeros": "h2"})
     res = store.load_results(run)
     res.loc[res.case_id == ids[0], "config"] = '{"t": {"BLOCK": 64}}'
     res.loc[res.case_id == ids[1], "compiled"] = '[{"kernel": "k", "registers": 40}]'
     store.write_table(run, "results", res)
-    assert profile_carry.carried_cases(run, prev, "fakeprof", ids) == ids[2:]
-    assert profile_carry.carried_cases(run, prev, "otherprof", ids) == []  # no rows of it
+    op = get_op("scale2")
+    assert profile_carry.carried_cases(run, prev, "fakeprof", ids, op) == ids[2:]
+    assert profile_carry.carried_cases(run, prev, "otherprof", ids, op) == []  # no rows of it
+
+
+def test_two_passes_in_turn_each_carry_their_own(tmp_path, fakeprof, test_ops):
+    """ncu writes the source lines, nsys none: the second pass to land must not replace the
+    first one's table with the earlier run's rows."""
+    names = ("fakeprof", "fakensys")
+    prev, ids = earlier(tmp_path, fakeprof, test_ops, names=names)
+    run, _ = make_run(tmp_path, "20261102T000000Z-selftest-bbbb", {"torch": "h1", "zeros": "h3"})
+    r, asked = profile(run, ids, names)
+    changed = sorted(c for c in ids if c.startswith("zeros."))
+    assert sorted(asked) == changed
+    assert sorted(_asked(run / "raw" / "fakensys")) == changed
+    for n in names:
+        assert r.passes[n] == f"done: 2 of 4 cases carried from {prev.name}"
+    m = store.load_metrics(run)
+    assert len(m) == 2 * len(ids)  # each pass's rows once
+    sl = store.load_source_lines(run)
+    assert dict(zip(sl.case_id, sl.samples)) == {c: 1 if c in changed else 9 for c in ids}
+
+
+@pytest.mark.parametrize("case", ["compiled unknown", "triton kernels unknown",
+                                  "compile on another host", "tool version unknown"])
+def test_what_cannot_be_told_unchanged_is_profiled(tmp_path, fakeprof, test_ops, monkeypatch,
+                                                   case):
+    prev, ids = earlier(tmp_path, fakeprof, test_ops)
+    run, _ = make_run(tmp_path, "20261102T000000Z-selftest-bbbb", {"torch": "h1", "zeros": "h2"})
+    if case == "compiled unknown":  # no provenance in either run
+        for d in (prev, run):
+            res = store.load_results(d)
+            res["compiled"] = None
+            store.write_table(d, "results", res)
+    elif case == "triton kernels unknown":
+        monkeypatch.setattr(profile_carry, "_backend", lambda op, impl: "triton")
+        for d in (prev, run):
+            res = store.load_results(d)
+            res["compiled"] = "[]"
+            store.write_table(d, "results", res)
+    elif case == "compile on another host":
+        monkeypatch.setattr(profile_carry, "_backend", lambda op, impl: "compile")
+        for d, host in ((prev, "a"), (run, "b")):
+            m = store.load_manifest(d)
+            store.write_manifest(d, {**m, "env": {**m["env"], "hostname": host}})
+    else:
+        monkeypatch.setattr(fakeprof, "tool", "fake (version unknown)")
+        pm = store.load_manifest(prev)
+        rec = pm["profiler_wall_s"]["fakeprof"]
+        store.write_manifest(prev, {**pm, "profiler_wall_s": {
+            "fakeprof": {**rec, "tool": "fake (version unknown)"}}})
+    r, asked = profile(run, ids)
+    assert sorted(asked) == sorted(ids) and r.passes["fakeprof"] == "done"
+
+
+def test_compile_cases_carry_on_the_same_host_and_caches(tmp_path, fakeprof, test_ops,
+                                                         monkeypatch):
+    monkeypatch.setattr(profile_carry, "_backend", lambda op, impl: "compile")
+    prev, ids = earlier(tmp_path, fakeprof, test_ops)
+    run, _ = make_run(tmp_path, "20261102T000000Z-selftest-bbbb", {"torch": "h1", "zeros": "h2"})
+    for d in (prev, run):
+        m = store.load_manifest(d)
+        store.write_manifest(d, {**m, "env": {**m["env"], "hostname": "gpu1"},
+                                 "kernel_caches": {"triton": "/c/t", "inductor": "/c/i"}})
+    assert profile_carry.carried_cases(run, prev, "fakeprof", ids) == ids

@@ -5,24 +5,27 @@ In the loop a user edits one implementation and runs the experiment again; the p
 then profiled every case again, the baseline's and the peers' too (flash.yaml's next run on an
 H100: ncu 26.6 s, of which naive 7.1 s and torch_compile 5.8 s; nsys 19.3 s for 280 cases). A
 case's profile is taken over from the latest earlier run of the experiment (`source`: the
-profiler's rows of the metrics table, and of the tables it writes beside it, such as ncu's
-source lines) when all of these agree:
+profiler's rows of the metrics table, and of the tables it writes beside it, Profiler.tables:
+ncu's source lines) when all of these agree:
 
-- the run: the device, the GPU model, driver, torch and triton (previous.GPU_KEYS); the
-  profiler itself (`tool`: its executable and version, as its availability check reads them);
-  the pass's options in the experiment; the harness's profiler code (`code`: a hash of
-  harness/profilers/, which turns reports into metrics); and the op's own code (`op_code`: the
-  modules that make its inputs and bind its calls), recorded per pass in the manifest's
-  `profiler_wall_s`;
+- the run: the device, the GPU model, driver, torch and triton (previous.GPU_KEYS) and cuDNN;
+  the profiler itself (`tool`: its executable and version, as its availability check reads
+  them; a version it cannot read carries nothing); the pass's options in the experiment; the
+  harness's profiler code (`code`: a hash of harness/profilers/, which turns reports into
+  metrics); and the op's own code (`op_code`: the modules that make its inputs and bind its
+  calls), recorded per pass in the manifest's `profiler_wall_s`;
 - the case: its id, its status `ok` in both runs, its `code_hash` (the source of the
   implementation and every Triton kernel it reaches), its launch config and what it compiled
-  to (`compiled`: kernels, registers, spills, constexprs); and the earlier run profiled it
-  (its rows are there) in a pass that ended `done`.
+  to (`compiled`: kernels, registers, spills, constexprs; recorded in both runs, and for a
+  Triton implementation naming its kernels); a torch.compile case (or one of a backend this
+  code does not know) also the same host and kernel cache folders, where Inductor's kernels
+  and its config choices live; and the earlier run profiled it (its rows are there) in a pass
+  that ended `done`.
 
 The pass then profiles only the other cases (none: no profiler process starts), and says so:
 `done: 6 of 7 cases carried from <run>` (the manifest's `profiler_wall_s.<pass>.carried`).
-Timings are never carried: the check and time passes run every case. `run --reprofile`
-profiles every case.
+The check and time passes run every case: a case's times are always this run's (nsys's own
+kernel times of a carried case are the earlier run's). `run --reprofile` profiles every case.
 """
 from __future__ import annotations
 
@@ -38,10 +41,10 @@ from harness import store
 from harness.errors import HarnessError
 from harness.execute.previous import GPU_KEYS, earlier_runs
 
-RUN_KEYS = ("tool", "code", "op_code", "options")  # of the pass's record: all the same
+RUN_KEYS = ("tool", "code", "op_code", "options", "cudnn")  # of the pass's record: the same
 CASE_KEYS = ("code_hash", "config", "compiled")  # of the case's results row: all the same
-# what a profiler writes beside the metrics, per case: table -> its loader
-TABLES = {"source_lines": store.load_source_lines}
+# the store tables a profiler may write beside the metrics (Profiler.tables): their loaders
+LOADERS = {"source_lines": store.load_source_lines}
 
 
 def profiler_code() -> str:
@@ -77,11 +80,22 @@ def op_code(op) -> str | None:
 def pass_record(tool: str, options, op=None) -> dict:
     """What a pass records (in `profiler_wall_s.<pass>`) for a later run to carry from it."""
     return {"tool": tool, "code": profiler_code(), "op_code": op_code(op) if op else None,
-            "options": _options(options)}
+            "options": _options(options), "cudnn": _cudnn()}
 
 
-def plan(run_dir: Path, prof_name: str, source: str, tool: str, options, op,
-         cases: list[str]) -> tuple[dict, tuple | None]:
+def _cudnn() -> int | None:
+    """cuDNN's version (library kernels: it can change apart from torch's own)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    try:
+        return int(torch.backends.cudnn.version()) if torch is not None else None
+    except Exception:
+        return None
+
+
+def plan(run_dir: Path, prof_name: str, prof, tool: str, options, op,
+         cases: list[str]) -> tuple[dict, "Carry | None"]:
     """(this pass's record, Carry or None). Best effort: whatever goes wrong here, the pass
     profiles every case."""
     try:
@@ -90,10 +104,10 @@ def plan(run_dir: Path, prof_name: str, source: str, tool: str, options, op,
         return {}, None
     try:
         prev = previous(run_dir, prof_name, record)
-        ids = carried_cases(run_dir, prev, source, cases) if prev is not None else []
+        ids = carried_cases(run_dir, prev, prof.source, cases, op) if prev is not None else []
         if not ids:
             return record, None
-        rows, tables = carried_rows(prev, source, ids)
+        rows, tables = carried_rows(prev, prof.source, ids, tuple(getattr(prof, "tables", ())))
     except Exception:
         return record, None
     return record, Carry(prev, ids, len(cases), rows, tables)
@@ -152,45 +166,70 @@ def previous(run_dir: Path, prof_name: str, record: dict) -> Path | None:
         same = (state.startswith("done") and not state.startswith("done (")
                 and all((pm.get("env") or {}).get(k) == env.get(k) for k in GPU_KEYS)
                 and record.get("op_code") is not None
+                and "version unknown" not in str(record.get("tool"))
                 and all(old.get(k) == record.get(k) for k in RUN_KEYS))
         return prev if same else None
     return None
 
 
-def carried_cases(run_dir: Path, prev: Path, source: str, cases: list[str]) -> list[str]:
+def carried_cases(run_dir: Path, prev: Path, source: str, cases: list[str],
+                  op=None) -> list[str]:
     """The cases of `cases` whose `source` profile `prev` holds and whose code, config and
-    compiled kernels are those of this run (status ok in both)."""
+    compiled kernels are those of this run (status ok in both; see the module doc)."""
     try:
         now, old = store.load_results(run_dir), store.load_results(prev)
         cnow, cold = store.load_cases(run_dir), store.load_cases(prev)
         metrics = store.load_metrics(prev)
+        m_now, m_old = store.load_manifest(run_dir), store.load_manifest(prev)
     except HarnessError:
         return []
-    if not len(metrics) or "code_hash" not in now.columns or "code_hash" not in old.columns:
+    if not len(metrics) or any(k not in t.columns for k in CASE_KEYS for t in (now, old)):
         return []
     have = set(metrics.case_id[metrics.source == source])
     ok_now = set(cnow.case_id[cnow.status == "ok"])
     ok_old = set(cold.case_id[cold.status == "ok"])
     rows_now = now.set_index("case_id").to_dict("index")
     rows_old = old.set_index("case_id").to_dict("index")
+    impl = {r.case_id: (getattr(r, "base_impl", None) or r.impl) for r in cnow.itertuples()}
+    # what the compile backend built (Inductor's kernels, its config choices) lives in the
+    # host's kernel caches: the same host and cache folders, as compile-ahead asks
+    same_caches = ((m_now.get("env") or {}).get("hostname") is not None
+                   and (m_now.get("env") or {}).get("hostname")
+                   == (m_old.get("env") or {}).get("hostname")
+                   and m_now.get("kernel_caches") == m_old.get("kernel_caches"))
     out = []
     for c in cases:
         a, b = rows_now.get(c), rows_old.get(c)
-        if (c in have and c in ok_now and c in ok_old and a is not None and b is not None
-                and isinstance(a.get("code_hash"), str) and a.get("code_hash")
+        if not (c in have and c in ok_now and c in ok_old and a is not None and b is not None
+                and all(isinstance(a.get(k), str) and a.get(k) for k in ("code_hash", "compiled"))
                 and all(_same(a.get(k), b.get(k)) for k in CASE_KEYS)):
-            out.append(c)
+            continue
+        backend = _backend(op, impl.get(c))
+        if backend == "triton" and a["compiled"].strip() in ("[]", ""):
+            continue  # a Triton impl whose kernels were not identified: unknown
+        if backend not in ("triton", "torch", "library") and not same_caches:
+            continue  # compile (or an unknown backend): its kernels are the host's caches'
+        out.append(c)
     return out
 
 
-def carried_rows(prev: Path, source: str, case_ids: list[str]) -> tuple[pd.DataFrame, dict]:
-    """(`source`'s metrics rows of `case_ids` in `prev`, {table: its rows of them})."""
+def _backend(op, impl) -> str | None:
+    try:
+        return op.get_impl(impl).backend
+    except Exception:  # no op, or an impl it no longer has
+        return None
+
+
+def carried_rows(prev: Path, source: str, case_ids: list[str],
+                 tables: tuple[str, ...] = ()) -> tuple[pd.DataFrame, dict]:
+    """(`source`'s metrics rows of `case_ids` in `prev`, {table: its rows of them} for the
+    `tables` this profiler writes)."""
     keep = set(case_ids)
     metrics = store.load_metrics(prev)
     rows = metrics[(metrics.source == source) & metrics.case_id.isin(keep)]
-    tables = {}
-    for name, load in TABLES.items():
-        t = load(prev)
+    out = {}
+    for name in tables:
+        t = LOADERS[name](prev)
         if len(t) and "case_id" in t.columns:
-            tables[name] = t[t.case_id.isin(keep)].reset_index(drop=True)
-    return rows.reset_index(drop=True), tables
+            out[name] = t[t.case_id.isin(keep)].reset_index(drop=True)
+    return rows.reset_index(drop=True), out

@@ -177,7 +177,7 @@ class ProfilerPasses:
         # one report per pass: a pass stopped half-way (Ctrl-C, timeout) is redone whole,
         # not just for the cases its worker had not reached
         store.clear_parts(self.run_dir, prof_name)
-        record, carry = profile_carry.plan(self.run_dir, prof_name, prof.source, avail.detail,
+        record, carry = profile_carry.plan(self.run_dir, prof_name, prof, avail.detail,
                                            options, self.op, cases)
         carried = set(carry.ids) if carry else set()
         cases = [c for c in cases if c not in carried]

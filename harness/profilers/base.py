@@ -60,6 +60,10 @@ class Profiler(ABC):
         """Options with run-dependent choices ("auto") settled for these cases (default: as is)."""
         return options
 
+    # the store tables besides metrics that extra_tables may write (a case_id column each):
+    # the pass writes them whole, and a profile carried over brings its rows of them
+    tables: tuple[str, ...] = ()
+
     def extra_tables(self, out_dir: Path) -> dict[str, pd.DataFrame]:
         """Store tables besides metrics that this pass produced, by table name (default: none)."""
         return {}

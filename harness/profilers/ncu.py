@@ -57,6 +57,7 @@ def find_ncu() -> tuple[str | None, list[str]]:
 class Ncu(Profiler):
     name = "ncu"
     source = "ncu"
+    tables = ("source_lines",)
 
     def availability(self) -> Availability:
         exe, looked = find_ncu()
