@@ -12,7 +12,7 @@ ncu's source lines) when all of these agree:
   the profiler itself (`tool`: its executable and version, as its availability check reads
   them; a version it cannot read carries nothing); the pass's options in the experiment; the
   harness's profiler code (`code`: a hash of harness/profilers/, which turns reports into
-  metrics); and the op's own code (`op_code`: the modules that make its inputs and bind its
+  metrics, and of the worker's profiled call); and the op's own code (`op_code`: the modules that make its inputs and bind its
   calls), recorded per pass in the manifest's `profiler_wall_s`;
 - the case: its id, its status `ok` in both runs, its `code_hash` (the source of the
   implementation and every Triton kernel it reaches), its launch config and what it compiled
@@ -48,12 +48,19 @@ LOADERS = {"source_lines": store.load_source_lines}
 
 
 def profiler_code() -> str:
-    """12 hex chars over the sources of harness/profilers/ (the parsers that make metrics)."""
+    """12 hex chars over the sources of harness/profilers/ (the commands and the parsers that
+    make metrics) and of the worker's profiled call (what runs inside the range)."""
+    import inspect
+
+    from harness.execute.worker import Worker
+
     h = hashlib.sha256()
     folder = Path(__file__).resolve().parent.parent / "profilers"
     for path in sorted(folder.glob("*.py")):
         h.update(path.name.encode())
         h.update(path.read_bytes())
+    for fn in (Worker._warm_then_range, Worker.do_profile, Worker.do_torch_profiler):
+        h.update(inspect.getsource(fn).encode())
     return h.hexdigest()[:12]
 
 
