@@ -35,7 +35,8 @@ def only_run(root: Path) -> Path:
 
 @pytest.mark.slow
 def test_softmax_smoke_run_on_cpu(tmp_path):
-    p = harness("run", "experiments/softmax.yaml", "--store", str(tmp_path), check=True)
+    p = harness("run", "experiments/softmax.yaml", "--store", str(tmp_path), "--reprofile",
+                check=True)
     run = only_run(tmp_path)
     assert p.stdout.strip().splitlines()[-1] == f"run stored at {run.relative_to(ROOT) if run.is_relative_to(ROOT) else run}"
     assert "No CUDA device" in p.stdout and "smoke sweep" in p.stdout
@@ -44,6 +45,7 @@ def test_softmax_smoke_run_on_cpu(tmp_path):
     assert m["status"] == "complete" and m["device"] == "cpu" and m["smoke"] is True
     assert m["env"]["torch"] and m["spec_hash"] and m["command"][:4] == ["python", "-m",
                                                                          "harness", "run"]
+    assert m["reprofile"] is True  # no profile carried over from an earlier run
     # what `show` and `report` need of the op, so that they import no kernel (harness.op_card)
     assert m["op_card"]["primary"] == "gbps"
     assert m["op_card"]["impls"]["triton"]["backend"] == "triton"
