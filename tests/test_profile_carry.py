@@ -280,3 +280,24 @@ def test_compile_cases_carry_on_the_same_host_and_caches(tmp_path, fakeprof, tes
         store.write_manifest(d, {**m, "env": {**m["env"], "hostname": "gpu1"},
                                  "kernel_caches": {"triton": "/c/t", "inductor": "/c/i"}})
     assert profile_carry.carried_cases(run, prev, "fakeprof", ids) == ids
+
+
+def test_on_a_real_before_after_pair_the_unchanged_peers_carry():
+    """Two real H100 runs of flash.yaml (runs/examples), triton_flash and fused_mha edited in
+    between: the peers' profiles carry (naive, the SDPA kernels); the edited impls and
+    torch.compile (other kernel cache folders) are profiled again."""
+    from harness.registry import get_op
+
+    ex = ROOT / "runs" / "examples"
+    before, after = (ex / "20261126T123005Z-flash-attention-fwd-09c7",
+                     ex / "20261126T123321Z-flash-attention-fwd-0275")
+    if not before.is_dir() or not after.is_dir():
+        pytest.skip("the example runs are not in this checkout")
+    cases = list(store.load_cases(after).case_id)
+    op = get_op("attention")
+    got = profile_carry.carried_cases(after, before, "ncu", cases, op)
+    assert sorted(c.split(".")[0] for c in got) == ["naive", "sdpa_cudnn", "sdpa_efficient",
+                                                    "sdpa_flash"]
+    got = profile_carry.carried_cases(after, before, "nsys", cases, op)
+    assert len(got) == 160 and {c.split(".")[0] for c in got} == {
+        "naive", "sdpa_cudnn", "sdpa_efficient", "sdpa_flash"}
