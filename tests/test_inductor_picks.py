@@ -299,3 +299,28 @@ def test_a_config_puts_back_its_cpu_copies_once_not_after_every_call(picks, monk
     events.clear()
     a.restore_args_from_cpu({"in_out": ("arg", "outside a benchmark")})
     assert events == [("restore", "outside a benchmark")]
+    # a user's Triton kernel (its time may depend on what it overwrites) and coordinate
+    # descent (its neighbours are timed later, Inductor's way): as Inductor does it
+    for name, meta, custom in (("/c/cu/ccu.py", {}, True),
+                               ("/c/cd/ccd.py", {"coordinate_descent_tuning": True}, False)):
+        events.clear()
+        b = mod.CachingAutotuner(name, [(2048, 1.2), (1024, 1.0)], calls, meta)
+        b.custom_kernel = custom
+        b.benchmark_all_configs("x")
+        assert [e for e in events if e[0] == "restore"] == [
+            ("restore", "pristine before 2048")] * 3 + [("restore", "pristine before 1024")] * 3
+    # a benchmark that raises: the argument goes back, the benchmark's error goes on
+    events.clear()
+    c = mod.CachingAutotuner("/c/er/cer.py", [(2048, 1.2), (1024, 1.0)], calls)
+
+    def second_call_fails(self, *a, stream=None):  # a launch that fails once one has run
+        self.calls.append(self.config.rblock)
+        if self.calls.count(self.config.rblock) > 1:
+            raise ZeroDivisionError
+
+    c.launchers[1].__class__ = type("Broken", (Launcher,), {"__call__": second_call_fails})
+    calls.clear()
+    with pytest.raises(ZeroDivisionError):
+        c.benchmark_all_configs("x")
+    assert events[-2:] == [("copy", 1024), ("restore", "pristine before 1024")]
+    assert "bench" not in vars(c) and "restore_args_from_cpu" not in vars(c)

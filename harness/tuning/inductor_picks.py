@@ -112,8 +112,10 @@ def _patch(module) -> None:
         restores = all(callable(getattr(cls, m, None)) for m in ("bench", "restore_args_from_cpu"))
 
         def benchmark_all_configs(self, *args, **kwargs):
+            once = restores and not _coordesc(self) and not getattr(self, "custom_kernel", False)
+
             def measure():
-                with restored_once(self) if restores else nullcontext():
+                with restored_once(self) if once else nullcontext():
                     return bench(self, *args, **kwargs)
             return measured_or_stored(self, measure)
 
@@ -138,19 +140,33 @@ def restored_once(autotuner) -> Iterator[None]:
     (`restore_args_from_cpu`). At flash_bwd's N=16384 that argument is a 16 GiB score matrix:
     each call then carries a host-to-device copy of it, which took the check process seconds
     per kernel and timed the copy with the configs. The calls after the first then read what
-    the earlier calls wrote; a config's time does not depend on the values, and the argument
-    is whole again when the benchmark returns."""
+    the earlier calls wrote; a config's time does not depend on the values of Inductor's own
+    kernels, and the argument is whole again when the benchmark returns. Not for a user's
+    Triton kernel (`custom_kernel`: its time may depend on what it overwrites) nor under
+    coordinate descent (its neighbours are timed later, Inductor's way, against these
+    timings)."""
     cls = type(autotuner)
+
+    def put_back(held: list, quiet: bool = False) -> None:
+        autotuner.__dict__.pop("restore_args_from_cpu", None)
+        if not held:
+            return
+        try:  # the copies taken before this config's first call
+            cls.restore_args_from_cpu(autotuner, held[0])
+        except Exception:
+            if not quiet:
+                raise  # else the benchmark's own error goes on, not this one
 
     def bench(launcher, *args, **kwargs):
         held: list = []
         autotuner.restore_args_from_cpu = held.append  # every call's put-back, held
         try:
-            return cls.bench(autotuner, launcher, *args, **kwargs)
-        finally:
-            autotuner.__dict__.pop("restore_args_from_cpu", None)
-            if held:  # the copies taken before this config's first call
-                cls.restore_args_from_cpu(autotuner, held[0])
+            timing = cls.bench(autotuner, launcher, *args, **kwargs)
+        except BaseException:
+            put_back(held, quiet=True)
+            raise
+        put_back(held)
+        return timing
 
     autotuner.bench = bench
     try:
