@@ -113,7 +113,8 @@ def make_run(tmp_path: Path, name: str, hashes: dict[str, str], *, status="ok",
     impl = {c.case_id: c.impl for c in cases}
     store.write_table(run, "results", pd.DataFrame({
         "case_id": ids, "code_hash": [hashes[impl[c]] for c in ids],
-        "config": [None] * len(ids), "compiled": ['[{"kernel": "k", "registers": 32}]'] * len(ids)}))
+        "config": [None] * len(ids),
+        "compiled": ['[{"kernel": "k", "registers": 32}]'] * len(ids)}))
     if metrics_value is not None:
         store.write_table(run, "metrics", pd.DataFrame(
             [{"case_id": c, "source": src, "kernel": "k", "name": "x",

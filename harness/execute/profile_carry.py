@@ -12,8 +12,9 @@ ncu's source lines) when all of these agree:
   the profiler itself (`tool`: its executable and version, as its availability check reads
   them; a version it cannot read carries nothing); the pass's options in the experiment; the
   harness's profiler code (`code`: a hash of harness/profilers/, which turns reports into
-  metrics, and of the worker's profiled call); and the op's own code (`op_code`: the modules that make its inputs and bind its
-  calls), recorded per pass in the manifest's `profiler_wall_s`;
+  metrics, and of the worker's profiled call); and the op's own code (`op_code`: the modules
+  that make its inputs and bind its calls), recorded per pass in the manifest's
+  `profiler_wall_s`;
 - the case: its id, its status `ok` in both runs, its `code_hash` (the source of the
   implementation and every Triton kernel it reaches), its launch config and what it compiled
   to (`compiled`: kernels, registers, spills, constexprs; recorded in both runs, and for a
