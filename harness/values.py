@@ -15,6 +15,12 @@ def finite(x) -> float | None:
     return None if math.isnan(v) else v
 
 
+def same_cell(a, b) -> bool:
+    """Two table cells are the same: both missing (None, NaN: parquet nulls) or equal as text."""
+    missing = [v is None or (isinstance(v, float) and math.isnan(v)) for v in (a, b)]
+    return all(missing) or (not any(missing) and str(a) == str(b))
+
+
 def parse_pct(text: str, flag: str = "--fail-on-regression") -> float:
     """'5%' or '5' -> 0.05 (percent)."""
     t = str(text).strip().removesuffix("%").strip()

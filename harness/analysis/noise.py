@@ -50,6 +50,7 @@ import pandas as pd
 
 from harness import store
 from harness.errors import HarnessError
+from harness.values import same_cell
 
 # Measured on an H200 (2026-11-23, torch 2.11, triton 3.6): back-to-back runs of unchanged code
 # and launch config differed by up to 5.2 % (softmax, a 36 us kernel, both dtypes alike) and
@@ -294,7 +295,7 @@ def _aa_ratios(a: Path, b: Path) -> pd.Series:
     for c in ra.index.intersection(rb.index):
         ha, hb = hashed(ra, c), hashed(rb, c)
         if ha is not None and hb is not None:
-            if ha == hb and _same_config(config(ra, c), config(rb, c)):
+            if ha == hb and same_cell(config(ra, c), config(rb, c)):
                 same.append(c)
         elif same_commit:
             same.append(c)
@@ -320,11 +321,6 @@ def _peer_impls(rows: pd.DataFrame, manifest: dict | None = None) -> set[str]:
                 in PEER_BACKENDS:
             out.add(r.impl)
     return out
-
-
-def _same_config(a, b) -> bool:
-    missing = [v is None or (isinstance(v, float) and math.isnan(v)) for v in (a, b)]
-    return all(missing) or (not any(missing) and str(a) == str(b))
 
 
 def learn_floor(roots, env: dict, *, quantile: float = QUANTILE) -> NoiseFloor:

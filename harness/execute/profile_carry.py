@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +40,7 @@ import pandas as pd
 from harness import store
 from harness.errors import HarnessError
 from harness.execute.previous import GPU_KEYS, earlier_runs
+from harness.values import same_cell
 
 RUN_KEYS = ("tool", "code", "op_code", "options", "cudnn")  # of the pass's record: the same
 CASE_KEYS = ("code_hash", "config", "compiled")  # of the case's results row: all the same
@@ -144,13 +144,6 @@ def _options(options) -> dict:
                                  default=str))
 
 
-def _same(a, b) -> bool:
-    """Two cells of a results column: both missing, or equal as text."""
-    def missing(v):
-        return v is None or (isinstance(v, float) and math.isnan(v))
-    return (missing(a) and missing(b)) or (not missing(a) and not missing(b) and str(a) == str(b))
-
-
 def previous(run_dir: Path, prof_name: str, record: dict) -> Path | None:
     """The latest earlier run of the experiment whose `prof_name` pass ended `done` with the
     same tool, code and options on the same GPU and software; None when the latest earlier
@@ -201,16 +194,15 @@ def carried_cases(run_dir: Path, prev: Path, source: str, cases: list[str],
     impl = {r.case_id: (getattr(r, "base_impl", None) or r.impl) for r in cnow.itertuples()}
     # what the compile backend built (Inductor's kernels, its config choices) lives in the
     # host's kernel caches: the same host and cache folders, as compile-ahead asks
-    same_caches = ((m_now.get("env") or {}).get("hostname") is not None
-                   and (m_now.get("env") or {}).get("hostname")
-                   == (m_old.get("env") or {}).get("hostname")
+    host = (m_now.get("env") or {}).get("hostname")
+    same_caches = (host is not None and host == (m_old.get("env") or {}).get("hostname")
                    and m_now.get("kernel_caches") == m_old.get("kernel_caches"))
     out = []
     for c in cases:
         a, b = rows_now.get(c), rows_old.get(c)
         if not (c in have and c in ok_now and c in ok_old and a is not None and b is not None
                 and all(isinstance(a.get(k), str) and a.get(k) for k in ("code_hash", "compiled"))
-                and all(_same(a.get(k), b.get(k)) for k in CASE_KEYS)):
+                and all(same_cell(a.get(k), b.get(k)) for k in CASE_KEYS)):
             continue
         backend = _backend(op, impl.get(c))
         if backend == "triton" and a["compiled"].strip() in ("[]", ""):
