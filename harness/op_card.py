@@ -19,9 +19,7 @@ def card(op) -> dict:
     impls = {}
     for name, impl in op.impls.items():
         try:
-            tuners: dict | None = {}
-            for prefix, t in impl.all_tuners().items():
-                tuners.setdefault(t.name, prefix)  # a name under two prefixes: the first
+            tuners = _prefixes(impl.all_tuners())
         except Exception:  # what the registry cannot list, a reader asks it for again
             tuners = None
         impls[name] = {"backend": impl.backend, "tuners": tuners}
@@ -63,8 +61,13 @@ def tuners(manifest: dict | None, op: str, impl: str) -> dict[str, str] | None:
         found = registry().get_op(op).impls[impl].all_tuners()
     except Exception:  # an op or impl no longer registered
         return None
+    return _prefixes(found)
+
+
+def _prefixes(tuners: dict) -> dict[str, str]:
+    """{prefix: Tuner} -> {tuner name: prefix}; a name under two prefixes keeps the first."""
     out: dict[str, str] = {}
-    for prefix, t in found.items():
+    for prefix, t in tuners.items():
         out.setdefault(t.name, prefix)
     return out
 

@@ -203,11 +203,8 @@ def case_key(impl: str, params: dict, dtype: str) -> str:
 
 def impl_backend(op: str, impl: str, base_impl=None) -> str | None:
     """The registered backend of an implementation (a config variant's: its base impl's), or
-    None where this process does not register it (the noise floor then treats it as ours)."""
-    from harness.registry import get_op
+    None where this process does not register it (the noise floor then treats it as ours);
+    a run's own record of it: harness.op_card.backend."""
+    from harness import op_card
 
-    name = base_impl if isinstance(base_impl, str) and base_impl else impl
-    try:
-        return get_op(op).get_impl(name).backend
-    except Exception:  # an op or impl this checkout does not have
-        return None
+    return op_card.backend(None, op, impl, base_impl)
