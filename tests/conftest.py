@@ -63,3 +63,37 @@ def cpu_softmax_run(tmp_path_factory):
     cases (kept short): (run_dir, the run's stdout), made once per session."""
     return cpu_smoke_run(tmp_path_factory, "cpu_softmax",
                          ["experiments/softmax.yaml", "--cases", "torch.*,triton.*.N=100.*"])
+
+
+@pytest.fixture
+def test_ops(monkeypatch):
+    """The test op module (tests/harness_test_ops.py: `scale2` and its impls) registered, in
+    this process and in the workers it starts."""
+    monkeypatch.setenv("HARNESS_OPS", "harness_test_ops")
+    monkeypatch.setenv("PYTHONPATH", f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
+    monkeypatch.syspath_prepend(str(ROOT / "tests"))
+    import harness.registry as reg
+    monkeypatch.setattr(reg, "_REGISTRY", None)  # rediscovered with the test op
+    yield
+
+
+@pytest.fixture
+def h200_and_a_later_copy(tmp_path):
+    """`make(name)` -> (before, after): the real H200 softmax run of tests/fixtures/runs and a
+    copy of it named `name`, made a day later, both in tmp_path."""
+    from harness import store
+
+    h200 = "20261122T021915Z-softmax-6059"
+
+    def make(name: str) -> tuple[Path, Path]:
+        import shutil
+
+        before, after = tmp_path / h200, tmp_path / name
+        shutil.copytree(ROOT / "tests" / "fixtures" / "runs" / h200, before)
+        shutil.copytree(before, after)
+        m = store.load_manifest(after)
+        store.write_manifest(after, {**m, "run_id": after.name,
+                                     "created_utc": "2026-11-23T00:00:00+00:00"})
+        return before, after
+    return make
+

@@ -14,7 +14,7 @@ from harness.execute.executors.schedule import compile_workers, warm_shards
 from harness.execute.executors.warm import compile_ahead
 from kernels._tuner import Tuner
 
-from test_executors import _run_dir, test_ops  # noqa: F401  (fixture)
+from test_executors import _run_dir
 
 
 def test_warm_shards_deal_round_robin_in_check_order():

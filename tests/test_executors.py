@@ -151,16 +151,6 @@ def _run_dir(tmp_path, impls, n=(64, 1000), extra=""):
     return run, [c.case_id for c in cases]
 
 
-@pytest.fixture
-def test_ops(monkeypatch):
-    monkeypatch.setenv("HARNESS_OPS", "harness_test_ops")
-    monkeypatch.setenv("PYTHONPATH", f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
-    monkeypatch.syspath_prepend(str(ROOT / "tests"))
-    import harness.registry as reg
-    monkeypatch.setattr(reg, "_REGISTRY", None)  # rediscovered with the test op
-    yield
-
-
 @pytest.mark.slow
 def test_gpus_executor_shards_records_gpu_and_survives_a_killed_and_a_hung_worker(tmp_path,
                                                                                  test_ops):

@@ -15,7 +15,7 @@ from harness.execute.executors.warm import check_beside, check_beside_cases
 from harness.execute.worker_main import main as worker_main
 from harness.execute.sharing import out_of_memory
 
-from test_executors import _run_dir, test_ops  # noqa: F401  (fixture)
+from test_executors import _run_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 

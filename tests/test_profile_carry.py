@@ -30,16 +30,6 @@ _ASKED = ("import json, pathlib, sys; out = pathlib.Path(sys.argv[1]); a = sys.a
           ".split(',')))")
 
 
-@pytest.fixture
-def test_ops(monkeypatch):
-    monkeypatch.setenv("HARNESS_OPS", "harness_test_ops")
-    monkeypatch.setenv("PYTHONPATH", f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
-    monkeypatch.syspath_prepend(str(ROOT / "tests"))
-    import harness.registry as reg
-    monkeypatch.setattr(reg, "_REGISTRY", None)  # rediscovered with the test op
-    yield
-
-
 def _fake(name: str, tables: tuple[str, ...] = ()):
     """A profiler whose process writes the cases it was asked for and runs no worker; with
     `tables`, it writes source lines of them too, as ncu does."""

@@ -16,7 +16,6 @@ from cli_inproc import run_cli
 from harness import store
 
 from harness.tuning import provenance
-from test_executors import test_ops  # noqa: F401  (fixture: the self-test op in-process)
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",

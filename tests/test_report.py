@@ -303,19 +303,13 @@ def test_chart_builders_on_the_real_run():
 
 
 def test_report_compares_a_pair_once_where_since_and_against_name_the_same_run(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, h200_and_a_later_copy):
     """The since block's previous run is usually the one --against names: 1.4 s of a
     report of a 280-case run on a 2-core machine was that comparison made twice."""
     from harness import store
     from harness.analysis import compare, pairing
 
-    before = tmp_path / H200
-    shutil.copytree(FIXTURES / H200, before)
-    after = tmp_path / "20261123T000000Z-softmax-after"
-    shutil.copytree(FIXTURES / H200, after)
-    m = store.load_manifest(after)
-    store.write_manifest(after, {**m, "run_id": after.name,
-                                 "created_utc": "2026-11-23T00:00:00+00:00"})
+    before, after = h200_and_a_later_copy("20261123T000000Z-softmax-after")
     pairing.record(after)  # its previous run: `before`
     made = []
     real = compare.compare_runs

@@ -248,16 +248,10 @@ def test_explicit_pair_across_machines_is_compared_loudly(tmp_path):
                             f"(this run's previous run) is no longer in {tmp_path}/")
 
 
-def test_report_puts_the_block_at_the_top(tmp_path):
+def test_report_puts_the_block_at_the_top(tmp_path, h200_and_a_later_copy):
     from harness.present.report import Report
 
-    before = tmp_path / H200
-    shutil.copytree(FIXTURES / H200, before)
-    after = tmp_path / "20261123T000000Z-softmax-synthetic"
-    shutil.copytree(FIXTURES / H200, after)
-    m = store.load_manifest(after)
-    store.write_manifest(after, {**m, "run_id": after.name,
-                                 "created_utc": "2026-11-23T00:00:00+00:00"})
+    before, after = h200_and_a_later_copy("20261123T000000Z-softmax-synthetic")
     s = store.load_samples(after)
     slow = s.case_id == "triton.M=8192.N=8192.float16"
     s.loc[slow, "ms"] *= 1.1
