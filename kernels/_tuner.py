@@ -73,6 +73,16 @@ def interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def launches(estimate: Callable[[int], float]) -> int:
+    """How many launches a measurement times: about REP_MS of them, MIN_REPS to MAX_REPS, by
+    `estimate(calls)` (ms per launch over that many flushed launches): one launch, and where
+    it took less than REP_MS / MIN_REPS two more (the three's mean)."""
+    ms = estimate(1)
+    if ms * MIN_REPS < REP_MS:  # else MIN_REPS launches, whatever two more would say
+        ms = (ms + 2 * estimate(2)) / 3
+    return max(MIN_REPS, min(MAX_REPS, int(REP_MS / ms)))
+
+
 @dataclass(frozen=True)
 class Rule:
     """An invariant over several fields: `test(*values)` must hold (`text` says what it is)."""
@@ -284,7 +294,10 @@ class Tuner:
     def measure(self, launch: Callable[[Any], None], cfg) -> float:
         """Milliseconds per launch of `cfg`: the median of single launches, each timed with
         CUDA events after an L2 flush, over about REP_MS (at least MIN_REPS launches), after
-        three flushed launches that estimate the count and the host time.
+        three flushed launches that estimate the count and the host time (one where the
+        first takes REP_MS / MIN_REPS or more: the count is MIN_REPS anyway; the two more were
+        about 2 s of the Tuners' 25 s in flash_bwd.yaml's cold check on an H100, as counted
+        from the picks' own timings).
         triton.testing.do_bench, used before, spent 6 launches on its estimate and at least
         one on warm-up before each timing, and timed a launch longer than REP_MS once: on an
         H200 the Tuners' timing was 26.5 of flash.yaml's 55 s cold check pass, and a 6 ms
@@ -300,7 +313,7 @@ class Tuner:
         fn, flush, host = (lambda: launch(cfg)), _l2_flusher(), []
         sized = self._sized.get(cfg)
         if sized is None:
-            n = max(MIN_REPS, min(MAX_REPS, int(REP_MS / flushed_call_ms(fn, flush, 3, host))))
+            n = launches(lambda calls: flushed_call_ms(fn, flush, calls, host))
             sized = self._sized[cfg] = (n, spin_cycles(host))
         else:  # a finalist timed again: sized by its first pass, one launch to warm it
             flushed_call_ms(fn, flush, 1)

@@ -6,7 +6,7 @@ from typing import NamedTuple
 import pytest
 
 from harness import tuning
-from kernels._tuner import Rule, Tuner, interpreted, precompile
+from kernels._tuner import MIN_REPS, Rule, Tuner, interpreted, launches, precompile
 
 FIELDS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
 CANDS = [(128, 64, 8, 3), (64, 64, 4, 3), (128, 128, 8, 2)]
@@ -443,3 +443,21 @@ def test_a_timed_pick_keeps_how_long_it_waited_for_the_gpu(tmp_path, monkeypatch
     assert p.wait(timeout=60) == 0
     ev = t.evidence["k"]
     assert 0.5 < ev["wait_s"] <= ev["timing_s"]
+
+
+def test_a_long_candidate_is_sized_by_one_launch_a_short_one_by_three():
+    calls = []
+
+    def estimate(ms_first, ms_next):
+        def f(n):
+            calls.append(n)
+            return ms_first if len(calls) == 1 else ms_next
+        return f
+
+    assert launches(estimate(13.0, 1.0)) == MIN_REPS and calls == [1]  # 13 ms: 3 launches
+    calls.clear()
+    assert launches(estimate(4.0, 3.0)) == MIN_REPS and calls == [1]  # at REP_MS/3 or more
+    calls.clear()
+    assert launches(estimate(0.5, 0.2)) == 33 and calls == [1, 2]  # 10 ms / 0.3 ms mean
+    calls.clear()
+    assert launches(estimate(1e-3, 1e-3)) == 1000 and calls == [1, 2]  # at most MAX_REPS
