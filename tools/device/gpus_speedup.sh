@@ -2,7 +2,9 @@
 # One sweep on one GPU vs sharded over every GPU of the host (device, repo root, >= 2 GPUs):
 #   tools/device/gpus_speedup.sh OUT_DIR experiments/flash.yaml
 # The GPU is calibrated into the store first, so neither run pays (or skips) it. Both runs cold
-# (fresh Triton/Inductor caches: each starts from the same state), into one store; then `compare`
+# (fresh Triton/Inductor caches: each starts from the same state), into one store, the second
+# with --retune --reprofile: else it would keep the first run's Tuner picks and carry its
+# profiles (the same code on the same host) and skip what a cold run pays; then `compare`
 # of the one-GPU run (all cases on GPU 0) with the sharded run: for cases the shard put on GPU 1
 # that is the GPU 0 vs GPU 1 gap, for the rest an A/A pair on GPU 0.
 # WARM=1: then each again with its own caches and the store's previous run (the loop's next run).
@@ -12,7 +14,8 @@ here=$(dirname "$0")
 mkdir -p "$out"
 python3 -m harness calibrate --store "$out/store" > "$out/calibrate.log" 2>&1
 COLD=1 NAME=one_gpu "$here/walltime.sh" "$out" "${LIMIT1:-330}" "$exp"
-COLD=1 NAME=all_gpus "$here/walltime.sh" "$out" "${LIMIT2:-240}" "$exp" --gpus all
+COLD=1 NAME=all_gpus "$here/walltime.sh" "$out" "${LIMIT2:-240}" "$exp" --gpus all \
+  --retune --reprofile
 if [ "${WARM:-0}" = 1 ]; then
   CACHES=one_gpu NAME=one_gpu_warm "$here/walltime.sh" "$out" "${LIMIT1:-330}" "$exp"
   CACHES=all_gpus NAME=all_gpus_warm "$here/walltime.sh" "$out" "${LIMIT2:-240}" "$exp" --gpus all
