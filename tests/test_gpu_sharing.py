@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from harness import store
-from harness.execute.executors.warm import by_shape, check_beside, check_beside_cases
+from harness.execute.executors.warm import check_beside, check_beside_cases
 from harness.execute.worker_main import main as worker_main
 from harness.execute.sharing import out_of_memory
 
@@ -152,33 +152,23 @@ def test_check_beside_keeps_results_and_leaves_faults_and_timings_to_the_check_p
     assert sorted(p.name for p in (run / "parts").iterdir()) == ["check.beside0.jsonl"]
 
 
-def test_check_beside_balances_whole_shapes_over_two_lanes_per_gpu(tmp_path, test_ops):
-    """Eight shapes: two lanes on the one GPU, dealt longest first by cost, each shape's
-    implementations in one lane (their inputs and references are computed once, in one
-    process)."""
+def test_check_beside_lanes_claim_whole_shapes(tmp_path, test_ops):
+    """Eight shapes, two lanes on the one GPU: each lane walks every case and checks a shape
+    only if it claims it first, so every case is checked once and a shape's implementations
+    in one lane (their inputs and references are computed once, in one process)."""
     sizes = (64, 96, 128, 160, 192, 224, 256, 288)
     run, ids = _run_dir(tmp_path, ["torch", "zeros"], n=sizes)
-    cost = {c: float(c.split(".")[1][2:]) for c in ids}  # N: the larger, the longer
     out = check_beside(run, ids, device="cpu", limits={c: 120.0 for c in ids}, gpus=[None],
-                       on_event=lambda ev: None, cost=cost)
+                       on_event=lambda ev: None)
     assert out["workers"] == 2 and out["checked"] == len(ids)
-    lanes = {p.name: {r["case_id"].split(".")[1] for r in
-                      map(json.loads, p.read_text().splitlines())}
-             for p in (run / "parts").iterdir()}
-    assert lanes == {"check.beside0.jsonl": {"N=288", "N=192", "N=160", "N=64"},
-                     "check.beside1.jsonl": {"N=256", "N=224", "N=128", "N=96"}}
-    recs = store.read_parts(run, "check")
-    assert sorted(r["case_id"] for r in recs) == sorted(ids)  # every case once
-
-
-def test_by_shape_never_splits_a_shape_and_balances_by_cost():
-    order = ["a.s1", "b.s1", "a.s2", "b.s2", "a.s3", "x"]
-    shape = {"a.s1": "s1", "b.s1": "s1", "a.s2": "s2", "b.s2": "s2", "a.s3": "s3"}
-    cost = {"a.s1": 5.0, "b.s1": 5.0, "a.s2": 1.0, "b.s2": 1.0, "a.s3": 3.0, "x": 2.0}
-    assert by_shape(order, cost, 2, shape) == [["a.s1", "b.s1"], ["a.s2", "b.s2", "a.s3", "x"]]
-    assert by_shape(order, cost, 9, shape) == [["a.s1", "b.s1"], ["a.s3"], ["a.s2", "b.s2"],
-                                              ["x"]]
-    assert by_shape(["a.s1", "b.s1"], {}, 2, shape) == [["a.s1", "b.s1"]]  # one shape: one
+    lane_of: dict[str, list[str]] = {}
+    for p in (run / "parts").iterdir():
+        assert p.name in ("check.beside0.jsonl", "check.beside1.jsonl")
+        for r in map(json.loads, p.read_text().splitlines()):
+            lane_of.setdefault(r["case_id"].split(".")[1], []).append(p.name)
+    assert sorted(lane_of) == sorted(f"N={n}" for n in sizes)
+    assert all(len(lanes) == 2 and lanes[0] == lanes[1] for lanes in lane_of.values())
+    assert not (run / "raw" / "locks" / "beside").exists()  # the claims are cleared
 
 
 def test_check_beside_starts_one_lane_for_one_case(tmp_path, test_ops):

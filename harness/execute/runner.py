@@ -108,7 +108,7 @@ class Runner(ProfilerPasses):
         left = set().union(*(self._todo(p) for p in parts))
         todo_ids = [c for c in order if c in left]
         unchecked = set(self._todo("check"))
-        self.compile_ahead(progress, [c for c in order if c in unchecked], limits, cost)
+        self.compile_ahead(progress, [c for c in order if c in unchecked], limits)
         progress.update(tasks["check"], completed=totals["check"] - len(self._todo("check")))
         t0 = time.monotonic()
         if todo_ids:
@@ -131,7 +131,7 @@ class Runner(ProfilerPasses):
             self._set_pass(p, "done")
 
     def compile_ahead(self, progress: Progress, check_ids: list[str],
-                      limits: dict[str, float], cost: dict[str, float] | None = None) -> None:
+                      limits: dict[str, float]) -> None:
         """Warm the kernel caches for the check pass (harness.execute.executors.warm): GPU runs
         of the local and --gpus executors, cases of implementations that JIT-compile."""
         if (self.device != "cuda" or not self.exp.timing.compile_ahead
@@ -145,7 +145,7 @@ class Runner(ProfilerPasses):
         beside, t0 = None, time.monotonic()
         if ids:
             task = progress.add_task("compile", total=len(ids))
-            side = _CheckBeside(self, progress, check_ids, limits, gpus, cost)
+            side = _CheckBeside(self, progress, check_ids, limits, gpus)
             try:
                 out = compile_ahead(self.run_dir, ids, device=self.device, limits=limits,
                                     gpus=gpus,
@@ -215,7 +215,7 @@ class _CheckBeside:
     the CPU compiles; harness.execute.executors.warm.check_beside), in a thread of its own."""
 
     def __init__(self, runner: "Runner", progress: Progress, check_ids: list[str],
-                 limits: dict[str, float], gpus: list, cost: dict[str, float] | None = None):
+                 limits: dict[str, float], gpus: list):
         import threading
 
         from harness.execute.executors.warm import check_beside, check_beside_cases
@@ -230,7 +230,7 @@ class _CheckBeside:
 
         def work() -> None:
             self.result = check_beside(runner.run_dir, ids, device=runner.device, limits=limits,
-                                       gpus=gpus, stop=self.halt, cost=cost,
+                                       gpus=gpus, stop=self.halt,
                                        on_event=progress_events(progress, task, "check",
                                                                 "check beside compile"))
 

@@ -21,8 +21,8 @@ from harness import store
 from harness.execute import sharing
 from harness.execute.executors.process import (CaseWatch, run_threads, stream, todo, worker_argv,
                                        worker_env)
-from harness.execute.executors.schedule import (compile_workers, shard, warm_plans,
-                                                warm_shards, workers_per_gpu)
+from harness.execute.executors.schedule import (compile_workers, warm_plans, warm_shards,
+                                                workers_per_gpu)
 
 MEMORY_SHARE = 0.9  # of a GPU's memory, split between the compile-ahead workers it hosts
 # check lanes per GPU beside compile-ahead: one lane was the compile phase's critical path in
@@ -80,51 +80,44 @@ def compile_ahead(run_dir: Path, case_ids: list[str], *, device: str,
 def check_beside(run_dir: Path, case_ids: list[str], *, device: str,
                  limits: dict[str, float], gpus: list[int | None],
                  on_event: Callable[[dict], None],
-                 stop: threading.Event | None = None,
-                 cost: dict[str, float] | None = None) -> dict:
+                 stop: threading.Event | None = None) -> dict:
     """Check `case_ids` (cases that compile nothing: check_beside_cases) while compile-ahead
-    runs, BESIDE_LANES workers per GPU (`--ahead`; fewer where there are fewer cases), so the
-    GPU is not idle while the CPU compiles. The lanes' shares are whole shapes balanced by
-    `cost` (by_shape).
+    runs, BESIDE_LANES workers per GPU (`--ahead`; no more than there are shapes), so the GPU
+    is not idle while the CPU compiles. The lanes take whole shapes as they come free: each
+    walks every case in check order and checks a shape's cases only if it claims the shape
+    first (sharing.Claims, compile-ahead's work stealing). A shape's implementations share
+    its inputs and references (correctness.ReferenceCache), computed once in one process; a
+    cost estimate had dealt one lane 30 s of checks and the other 20 s (FLOPs halve for a
+    causal shape, naive attention's work does not).
     Nothing is timed beside compile-ahead, and what would be is left alone: a case whose check
     raised (out of the memory the compile-ahead workers hold, say) or timed a Tuner gets no
     record, nor does one whose worker died or hung, and the check pass does it afterwards as
     it would have. Returns {"workers": n, "cases": n, "checked": n, "wall_s": s}."""
     run_dir = Path(run_dir)
     ids = todo(run_dir, "check", case_ids)
-    lanes = [g for _ in range(BESIDE_LANES) for g in (gpus or [None])][:max(1, len(ids))]
     if not ids:
         return {"workers": 0, "cases": 0, "checked": 0, "wall_s": 0.0}
-    shares = by_shape(ids, cost or {}, len(lanes), store.shapes(run_dir))
-    lanes = lanes[:len(shares)]
+    shape_of = store.shapes(run_dir)
+    unit_of = {c: shape_of.get(c) or c for c in ids}
+    lanes = [g for _ in range(BESIDE_LANES) for g in (gpus or [None])][:len(set(unit_of.values()))]
+    claims = sharing.folder(run_dir, "beside")
+    sharing.Claims.write(claims, unit_of)
     t0 = time.monotonic()
     lane = _Lanes(run_dir, limits, on_event, stop)
 
-    def one(i: int, gpu, share: list[str]) -> None:
+    def one(i: int, gpu) -> None:
         lane(f"beside{i}", gpu, worker_env(device, gpu),
-             worker_argv(run_dir, "check", device, share, shard=f"beside{i}") + ["--ahead"])
+             worker_argv(run_dir, "check", device, ids, shard=f"beside{i}")
+             + ["--ahead", "--claims", str(claims)])
 
-    run_threads([threading.Thread(target=one, args=(i, g, sh), name=f"beside{i}", daemon=True)
-                 for i, (g, sh) in enumerate(zip(lanes, shares))], lane.stop)
+    try:
+        run_threads([threading.Thread(target=one, args=(i, g), name=f"beside{i}", daemon=True)
+                     for i, g in enumerate(lanes)], lane.stop)
+    finally:
+        sharing.clear(run_dir, "beside")
     done = len(ids) - len(todo(run_dir, "check", ids))
     return {"workers": len(lanes), "cases": len(ids), "checked": done,
             "wall_s": round(time.monotonic() - t0, 2)}
-
-
-def by_shape(case_ids: list[str], cost: dict[str, float], n: int,
-             shape_of: dict[str, str]) -> list[list[str]]:
-    """`case_ids` (check order) in at most `n` shares, none empty: whole shapes (a case of no
-    known shape is one of its own) dealt longest first by their summed `cost` (case ->
-    seconds; schedule.shard), each share in check order. A shape is never split: its
-    implementations share its inputs and references (correctness.ReferenceCache), which one
-    process computes once; lanes on one GPU computing them twice would only share the GPU."""
-    groups: dict[str, list[str]] = {}
-    for c in case_ids:
-        groups.setdefault(shape_of.get(c) or c, []).append(c)
-    weight = {g: sum(cost.get(c, 0.0) for c in cs) for g, cs in groups.items()}
-    rank = {c: i for i, c in enumerate(case_ids)}
-    return [sorted((c for g in gs for c in groups[g]), key=rank.__getitem__)
-            for gs in shard(list(groups), weight, max(1, min(n, len(groups)))) if gs]
 
 
 class _Lanes:
