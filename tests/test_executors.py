@@ -575,9 +575,10 @@ _TIMED_WRAP = ("import json, pathlib, subprocess, sys, time; out = pathlib.Path(
 def test_one_gpus_profiler_passes_start_together_and_run_in_turn(tmp_path, test_ops,
                                                                  monkeypatch):
     """On one GPU the second pass's process starts with the first (its start-up overlaps the
-    first pass) and waits for its turn (`--wait-for`) before its first case: it profiles
-    nothing until the first process has ended; both passes land as one pass after the other
-    would."""
+    first pass), calls its cases once (`--prewarm`) and waits for its turn (`--wait-for`)
+    before its first case: it profiles nothing until the first process has ended; both
+    processes share the GPU's lock (a profiled call holds it alone); both passes land as one
+    pass after the other would."""
     from rich.progress import Progress
 
     from harness.profilers import base
@@ -610,7 +611,7 @@ def test_one_gpus_profiler_passes_start_together_and_run_in_turn(tmp_path, test_
     second = json.loads((run / "raw" / "secondprof" / "times.json").read_text())
     assert second[0] < first[1]  # started before the first pass was over
     log = (run / "raw" / "secondprof" / "secondprof.log").read_text()
-    assert "--wait-for" in log and "--wait-for" not in (
+    assert "--prewarm --wait-for" in log and "--wait-for" not in (
         run / "raw" / "firstprof" / "firstprof.log").read_text()
     recs = run / "parts" / "secondprof.jsonl"
     assert {rec["case_id"] for rec in store.read_parts(run, "secondprof")} == set(ids)

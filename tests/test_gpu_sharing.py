@@ -230,6 +230,44 @@ def test_prewarm_calls_every_case_untimed_then_waits_for_its_turn(tmp_path, test
     assert warmed == [c for c in ids if c.startswith("warm_tuned.")] and len(warmed) < len(ids)
 
 
+def test_a_profiled_call_has_the_gpu_to_itself_while_the_next_pass_prewarms(tmp_path,
+                                                                           monkeypatch,
+                                                                           test_ops):
+    """The next profiler process makes its first calls while the current one profiles
+    (ProfilerPasses._run_in_turn): the profiled call, inside its NVTX range, holds the GPU
+    lock exclusively, so none of those calls (shared) overlaps it; the warm-up calls before
+    the range take no lock."""
+    from harness.execute.worker import Worker
+    from harness.tuning import gpu_lock
+
+    monkeypatch.setenv(gpu_lock.ENV, str(tmp_path / "locks" / "gpu0"))
+    run, ids = _run_dir(tmp_path, ["zeros"], n=(64,))
+    w = Worker(run, "cpu")
+    (case,) = [c for c in w.cases if c[0] == ids[0]]
+    case_id, impl_name, params, dtype = case
+    reader = _holder(tmp_path, "sh", 0.1, n=30)  # untimed first calls, back to back
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "log").exists():
+        assert time.monotonic() < deadline and reader.poll() is None
+        time.sleep(0.02)
+    spans = []
+
+    def inside(fn):
+        t0 = time.monotonic()
+        fn()
+        time.sleep(0.3)
+        spans.append((t0, time.monotonic()))
+
+    for _ in range(2):
+        w._warm_then_range(w.op.get_impl(impl_name), params, dtype, case_id, inside)
+    assert reader.wait(timeout=120) == 0
+    shared = [v for k, v in _spans(tmp_path).items() if k[0].startswith("sh")]
+    assert len(spans) == 2 and len(shared) == 30
+    assert not any(_overlap(r, s) for r in spans for s in shared), (spans, shared)
+    # the reader went on between and after the two ranges: shared, not shut out
+    assert any(s[0] > spans[0][1] for s in shared)
+
+
 def test_a_two_process_run_lets_the_second_process_prewarm_and_take_its_turn(tmp_path):
     """The whole path through the CLI: the time pass's second process is the Helper (its log
     shows the prewarm and the turn file), and the run's records are complete."""

@@ -106,12 +106,16 @@ class ProfilerPasses:
 
     def _run_in_turn(self, passes: list["_Pass"]) -> None:
         """One process per pass on one GPU, in turn, each started with the first and waiting
-        for its turn (worker `--wait-for`) before it touches the GPU: its start-up (the
-        profiler's, Python's, the imports) is over by then, and a pass's report is exported
-        while the next pass runs."""
+        for its turn (worker `--wait-for`) before it profiles: its start-up (the profiler's,
+        Python's, the imports) is over by then, and so are its cases' first calls (worker
+        `--prewarm`: torch.compile graphs loaded, cuDNN plans made, kernels loaded), made
+        while the pass before it runs, each with the GPU lock shared (harness.tuning.gpu_lock)
+        while a profiled call holds it exclusively (Worker._warm_then_range): nothing of the
+        waiting process runs on the GPU while ncu replays a kernel or nsys traces a range.
+        A pass's report is exported while the next pass runs."""
         stop = threading.Event()
         turns = [None] + [sharing.turn_file(self.run_dir, p.name) for p in passes[1:]]
-        threads = [threading.Thread(target=self._one_process, args=(p, 0, stop, go),
+        threads = [threading.Thread(target=self._one_process, args=(p, 0, stop, go, True),
                                     name=f"profile-{p.name}", daemon=True)
                    for p, go in zip(passes, turns)]
         try:
@@ -136,17 +140,24 @@ class ProfilerPasses:
             self._merge_pass(p)
 
     def _one_process(self, p: "_Pass", i: int, stop: threading.Event,
-                     wait_for: Path | None = None) -> None:
+                     wait_for: Path | None = None, shared_gpu: bool = False) -> None:
         """Shard `i` of pass `p` as a profiler process pinned to its GPU (with `wait_for`, the
-        worker waits for that file, its turn, before its first case)."""
+        worker first calls its cases once (`--prewarm`) and then waits for that file, its
+        turn, before its first case; `shared_gpu`: the processes of a GPU take its GPU lock,
+        _run_in_turn)."""
+        from harness.tuning import gpu_lock
+
         gpu, ids, out_dir = p.shards[i]
         argv = p.prof.command(worker_argv(self.run_dir, "torch_profiler" if p.name ==
                                           "torch_profiler" else "profile", self.device, ids,
                                           tag=p.name,
                                           shard=f"gpu{gpu}" if len(p.shards) > 1 else None)
-                              + (["--wait-for", str(wait_for)] if wait_for else []),
+                              + (["--prewarm", "--wait-for", str(wait_for)] if wait_for
+                                 else []),
                               out_dir, p.options)
         env = {**worker_env(self.device, gpu), **p.prof.env()}
+        if shared_gpu:
+            env[gpu_lock.ENV] = sharing.lock_path(self.run_dir, gpu)
         limit = p.options.timeout_s
 
         def expired() -> bool:  # a process waiting for its turn: its limit runs from the turn

@@ -193,19 +193,24 @@ class Worker:
         return rec
 
     def _warm_then_range(self, impl, params, dtype, case_id, inside):
-        """Warm up outside any range (JIT, autotune, cudnn plans), then one call inside."""
+        """Warm up outside any range (JIT, autotune, cudnn plans), then one call inside, with
+        the GPU to this process (harness.tuning.gpu_lock: the next profiler process may be
+        making its first calls meanwhile, ProfilerPasses._run_in_turn)."""
         import nvtx
+
+        from harness.tuning import gpu_lock
 
         fn, _ = self._prepare(impl, params, dtype, case_id)
         for _ in range(3):
             fn()
         self._sync()
-        nvtx.push_range(message=case_id, domain=NVTX_DOMAIN)
-        try:
-            result = inside(fn)
-            self._sync()
-        finally:
-            nvtx.pop_range(domain=NVTX_DOMAIN)
+        with gpu_lock.exclusive():
+            nvtx.push_range(message=case_id, domain=NVTX_DOMAIN)
+            try:
+                result = inside(fn)
+                self._sync()
+            finally:
+                nvtx.pop_range(domain=NVTX_DOMAIN)
         return result
 
     def do_warm(self, impl, params, dtype, case_id) -> dict:
