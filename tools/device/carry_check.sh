@@ -33,5 +33,5 @@ for label in ${RUNS:-cold next reprofile}; do
   esac
 done
 python3 "$(dirname "$0")/carry_diff.py" "/tmp/store_$TAG" | tee "$OUT/${TAG}_diff.txt"
-tar czf "$OUT/${TAG}_runs.tgz" -C /tmp "store_$TAG" --exclude='*.ncu-rep' --exclude='*.nsys-rep' \
-  --exclude='*.sqlite'
+tar czf "$OUT/${TAG}_runs.tgz" --exclude="*.ncu-rep" --exclude="*.nsys-rep" --exclude="*.sqlite" \
+  -C /tmp "store_$TAG"
