@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from dash_helpers import make_corrupt_runs
+from dash_helpers import copy_run, make_corrupt_runs
 from rich.console import Console
 
 from dashboard import compare_data, data, figures, launch
@@ -59,6 +59,7 @@ def test_the_runs_table_of_a_large_store_reads_each_run_once(monkeypatch, tmp_pa
     monkeypatch.setattr(data, "run_counts", lambda *a: reads.append(a[0]) or real(*a))
     monkeypatch.setattr(data, "_read_run", lambda *a: whole.append(a[0]))
     data._cached_counts.clear()
+    data._cached_runs_frame.clear()
     first = data.runs_frame(roots)
     assert len(reads) == len(first) == n_runs and not whole
     second = data.runs_frame(roots)
@@ -68,6 +69,55 @@ def test_the_runs_table_of_a_large_store_reads_each_run_once(monkeypatch, tmp_pa
     for r in some.itertuples():  # the numbers the run's summary gives
         df = summary_frame(r.path)
         assert (r.cases, r.ok) == (len(df), (df.status == "ok").sum()), r.run_id
+
+
+def test_the_runs_table_is_read_again_only_when_a_run_changes(monkeypatch, example_run,
+                                                               user_store):
+    """Every rerun of every page asks for the runs table: it reads no manifest while no run
+    directory changed, and sees a new run, a rewritten manifest and a removed run at once. A
+    `running` run whose driver died meanwhile shows `interrupted` though no file changed."""
+    import subprocess
+    import sys
+
+    from harness import store
+
+    roots = data.store_roots(["--no-examples", "--store", str(user_store)], {})
+    a = copy_run(example_run, user_store, minutes_later=1)
+    c = copy_run(example_run, user_store, minutes_later=0)  # complete, the oldest
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        m = store.load_manifest(a)
+        m.update(status="running", driver={**store.driver_record(), "pid": live.pid})
+        store.write_manifest(a, m)
+        reads = []
+        real = store.load_manifest
+        monkeypatch.setattr(store, "load_manifest", lambda d: reads.append(Path(d).name)
+                            or real(d))
+        first = data.runs_frame(roots)
+        assert list(first.status) == ["running", "complete"] and set(reads) == {a.name, c.name}
+        reads.clear()
+        assert data.runs_frame(roots).equals(first) and reads == [a.name]  # the running one
+        b = copy_run(example_run, user_store, minutes_later=2)
+        assert list(data.runs_frame(roots).run_id) == [b.name, a.name, c.name]  # newest first
+        live.kill()
+        live.wait()
+        reads.clear()
+        again = data.runs_frame(roots)  # no file changed: only the running run's status
+        assert dict(zip(again.run_id, again.status)) == {a.name: "interrupted",
+                                                         b.name: "complete",
+                                                         c.name: "complete"}
+        assert reads == [a.name]
+        m = store.load_manifest(b)
+        m["experiment"]["name"] = "renamed"
+        store.write_manifest(b, m)
+        assert data.runs_frame(roots).set_index("run_id").experiment[b.name] == "renamed"
+        import shutil
+
+        shutil.rmtree(b)
+        assert list(data.runs_frame(roots).run_id) == [a.name, c.name]
+    finally:
+        live.kill()
+        live.wait()
 
 
 def test_selection_and_default_run():
