@@ -3,8 +3,9 @@
 One server per module, started cold (empty user store + the committed examples). The first
 test opens the first page (the runs table) on that cold server, the second the Run page of the
 280-case flash-attention example in a fresh session (drawn: a table and the bars of the Vega-Lite
-speedup chart); each prints how long the page took to be drawn (`-s` shows it) and records it in test-artifacts/dashboard-timings.json. The tests
-assert what is drawn, not how fast. The Roofline test checks that plotly drew the roofline
+speedup chart); each prints how long the page took to be drawn (`-s` shows it) and records it
+in test-artifacts/dashboard-timings.json, beside a bare Streamlit page's time on the same
+machine (the floor those two stand on). The tests assert what is drawn, not how fast. The Roofline test checks that plotly drew the roofline
 (points per impl and the calibrated ceilings) and saves a screenshot under test-artifacts/.
 Without chromium the tests skip locally and fail when $CI is set.
 """
@@ -178,6 +179,47 @@ def test_run_page_of_a_280_case_run_drawn(server, page):
     tip = page.locator("#vg-tooltip-element")
     tip.wait_for(state="visible", timeout=10_000)
     assert all(k in tip.inner_text() for k in ("impl", "shape", "speedup (x)", "median ms"))
+    assert not page.errors, page.errors
+
+
+BARE_APP = """import pandas as pd
+import streamlit as st
+
+st.title("Runs")
+st.dataframe(pd.DataFrame({"run": [f"r{i}" for i in range(%d)], "cases": range(%d)}))
+"""
+
+
+def test_a_bare_streamlit_page_drawn_for_scale(server, page, tmp_path):
+    """What the two timings above stand against on this machine: a Streamlit page with a title
+    and one table of as many rows as the runs table, served by `streamlit run` as the dashboard
+    is and timed the same way (Streamlit's scripts loaded in a fresh browser context, the
+    script run, the table drawn). On a 2-core machine this alone took 2.85-2.93 s."""
+    n = len(store.list_runs(data.EXAMPLES_ROOT))
+    app = tmp_path / "bare.py"
+    app.write_text(BARE_APP % (n, n))
+    port, log = free_port(), tmp_path / "bare.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", str(app), "--server.address",
+             "127.0.0.1", "--server.port", str(port), "--server.headless", "true",
+             "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal",
+             "--server.fileWatcherType", "none"],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_healthy(proc, port, log)
+        t0 = time.perf_counter()
+        page.goto(f"http://127.0.0.1:{port}/", wait_until="domcontentloaded", timeout=60_000)
+        page.locator(IDLE).wait_for(timeout=120_000)
+        table = page.locator('[data-testid="stDataFrame"]').first
+        table.wait_for(state="visible", timeout=30_000)
+        seconds = time.perf_counter() - t0
+    finally:
+        _stop(proc)
+    print(f"\na bare Streamlit page (a title, one {n}-row table) drawn in {seconds:.2f} s: "
+          "the floor of the timings above on this machine")
+    _record("bare_streamlit_page_s", seconds)
+    assert table.locator("canvas").count() >= 1
     assert not page.errors, page.errors
 
 
