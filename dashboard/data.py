@@ -232,7 +232,7 @@ def runs_frame(roots: list[Root]) -> pd.DataFrame:
     run changed or appeared (reading 177 example manifests and looking up their counts took
     0.15-0.2 s of each rerun on a 2-core machine). A `running` run's status is read again on
     every call: its driver may have died without writing anything (store.effective_status)."""
-    df = _cached_runs_frame(roots, stores_stamp(roots))
+    df = _runs_frame(roots, stores_stamp(roots))
     running = df.index[df.status == "running"]
     for i in running:
         try:
@@ -259,11 +259,8 @@ def stores_stamp(roots: list[Root]) -> str:
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
-def _cached_runs_frame(roots: list[Root], stores: str) -> pd.DataFrame:
-    return _runs_frame(roots)
-
-
-def _runs_frame(roots: list[Root]) -> pd.DataFrame:
+def _runs_frame(roots: list[Root], stores: str) -> pd.DataFrame:
+    """The runs table, read; `stores` (stores_stamp) only keys the cache."""
     rows = []
     example_roots = {r.path for r in roots if r.example}
     for r in store.list_runs(*(r.path for r in roots)):

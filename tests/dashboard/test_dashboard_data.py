@@ -59,7 +59,7 @@ def test_the_runs_table_of_a_large_store_reads_each_run_once(monkeypatch, tmp_pa
     monkeypatch.setattr(data, "run_counts", lambda *a: reads.append(a[0]) or real(*a))
     monkeypatch.setattr(data, "_read_run", lambda *a: whole.append(a[0]))
     data._cached_counts.clear()
-    data._cached_runs_frame.clear()
+    data._runs_frame.clear()
     first = data.runs_frame(roots)
     assert len(reads) == len(first) == n_runs and not whole
     second = data.runs_frame(roots)
