@@ -16,22 +16,22 @@ if _ROOT not in sys.path:  # `streamlit run dashboard/app.py` puts dashboard/ on
 
 import streamlit as st  # noqa: E402
 
-from dashboard import data  # noqa: E402
+from dashboard import data, runs_table  # noqa: E402
 
 st.set_page_config(page_title="kernel-lab", page_icon=":material/bolt:", layout="wide")
 
 roots = data.store_roots(sys.argv[1:])
 st.session_state["roots"] = roots
-runs = data.runs_frame(roots)
+runs = runs_table.runs_frame(roots)
 st.session_state["runs"] = runs
 
 options = runs.path.tolist()
-labels = data.run_labels(runs)
+labels = runs_table.run_labels(runs)
 qp = st.query_params
 if st.session_state.get("run_a") not in options:
-    st.session_state["run_a"] = data.default_run(runs, qp.get("run"))
+    st.session_state["run_a"] = runs_table.default_run(runs, qp.get("run"))
 if st.session_state.get("run_b") not in [data.NONE, *options]:
-    st.session_state["run_b"] = data.find_run(runs, qp.get("base"))
+    st.session_state["run_b"] = runs_table.find_run(runs, qp.get("base"))
 
 with st.sidebar:
     st.markdown("### :material/bolt: kernel-lab")

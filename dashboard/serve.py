@@ -33,11 +33,12 @@ def warm(app_args: list[str], wait_s: float = 60) -> None:
         time.sleep(0.02)
     import pyarrow.dataset  # noqa: F401  (pandas.read_parquet imports it on its first call)
 
-    from dashboard import compare_data, data, figures, source_data, tables  # noqa: F401
+    from dashboard import (compare_data, data, figures, runs_table,  # noqa: F401
+                           source_data, tables)
     from harness.present import charts
     from harness.analysis import since, summary  # noqa: F401  # noqa: F401
 
-    data.runs_frame(data.store_roots(app_args))
+    runs_table.runs_frame(data.store_roots(app_args))
     warm_plotly(charts.LAYOUT)
 
 

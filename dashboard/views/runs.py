@@ -1,7 +1,7 @@
 """Runs: every run in the stores; filter, then pick one or two (the sidebar follows)."""
 import streamlit as st
 
-from dashboard import data, tables
+from dashboard import data, runs_table, tables
 
 st.title("Runs")
 runs = st.session_state["runs"]
@@ -13,11 +13,12 @@ if not len(runs):
 c1, c2 = st.columns(2)
 exps = c1.multiselect("Experiment", sorted(set(runs.experiment) - {""}), key="filter_experiment")
 ops = c2.multiselect("Op", sorted(set(runs.op) - {""}), key="filter_op")
-table = data.filter_runs(runs, exps, ops)
+table = runs_table.filter_runs(runs, exps, ops)
 
 
 def _pick():
-    run, base = data.selection_from_rows(table, st.session_state["runs_table"].selection.rows)
+    picked = st.session_state["runs_table"].selection.rows
+    run, base = runs_table.selection_from_rows(table, picked)
     if run:
         st.session_state["run_a"], st.session_state["run_b"] = run, base
 

@@ -5,8 +5,9 @@ test opens the first page (the runs table) on that cold server, the second the R
 280-case flash-attention example in a fresh session (drawn: a table and the bars of the Vega-Lite
 speedup chart); each prints how long the page took to be drawn (`-s` shows it) and records it
 in test-artifacts/dashboard-timings.json, beside a bare Streamlit page's time on the same
-machine (the floor those two stand on). The tests assert what is drawn, not how fast. The Roofline test checks that plotly drew the roofline
-(points per impl and the calibrated ceilings) and saves a screenshot under test-artifacts/.
+machine (the floor those two stand on). The tests assert what is drawn, not how fast. The
+Roofline test checks that plotly drew the roofline (points per impl and the calibrated
+ceilings) and saves a screenshot under test-artifacts/.
 Without chromium the tests skip locally and fail when $CI is set.
 """
 from __future__ import annotations

@@ -10,7 +10,7 @@ import pytest
 from dash_helpers import copy_run, make_corrupt_runs
 from rich.console import Console
 
-from dashboard import compare_data, data, figures, launch
+from dashboard import compare_data, data, figures, launch, runs_table
 from harness.cli import build_parser
 from harness.analysis.summary import summary_frame
 from harness.present import charts
@@ -34,7 +34,7 @@ def test_store_roots_precedence_and_examples(tmp_path):
 
 def test_runs_frame_marks_each_broken_run(example_run, user_store):
     bad = make_corrupt_runs(user_store, example_run)
-    runs = data.runs_frame(data.store_roots(["--store", str(user_store)], {}))
+    runs = runs_table.runs_frame(data.store_roots(["--store", str(user_store)], {}))
     problem = dict(zip(runs.run_id, runs.problem))
     assert "corrupt manifest" in problem[bad["bad_json"].name]
     assert "unreadable parquet" in problem[bad["bad_parquet"].name]
@@ -55,14 +55,14 @@ def test_the_runs_table_of_a_large_store_reads_each_run_once(monkeypatch, tmp_pa
     n_runs = sum((d / "manifest.json").exists() for d in data.EXAMPLES_ROOT.iterdir())
     assert n_runs > 64  # the case that thrashed
     reads, whole = [], []
-    real = data.run_counts
-    monkeypatch.setattr(data, "run_counts", lambda *a: reads.append(a[0]) or real(*a))
+    real = runs_table.run_counts
+    monkeypatch.setattr(runs_table, "run_counts", lambda *a: reads.append(a[0]) or real(*a))
     monkeypatch.setattr(data, "_read_run", lambda *a: whole.append(a[0]))
-    data._cached_counts.clear()
-    data._runs_frame.clear()
-    first = data.runs_frame(roots)
+    runs_table._cached_counts.clear()
+    runs_table._runs_frame.clear()
+    first = runs_table.runs_frame(roots)
     assert len(reads) == len(first) == n_runs and not whole
-    second = data.runs_frame(roots)
+    second = runs_table.runs_frame(roots)
     assert len(reads) == n_runs  # nothing read again
     pd.testing.assert_frame_equal(first, second)
     some = pd.concat([first[first["not ok"] > 0].head(2), first[first["not ok"] == 0].head(2)])
@@ -93,16 +93,16 @@ def test_the_runs_table_is_read_again_only_when_a_run_changes(monkeypatch, examp
         real = store.load_manifest
         monkeypatch.setattr(store, "load_manifest", lambda d: reads.append(Path(d).name)
                             or real(d))
-        first = data.runs_frame(roots)
+        first = runs_table.runs_frame(roots)
         assert list(first.status) == ["running", "complete"] and set(reads) == {a.name, c.name}
         reads.clear()
-        assert data.runs_frame(roots).equals(first) and reads == [a.name]  # the running one
+        assert runs_table.runs_frame(roots).equals(first) and reads == [a.name]  # the running one
         b = copy_run(example_run, user_store, minutes_later=2)
-        assert list(data.runs_frame(roots).run_id) == [b.name, a.name, c.name]  # newest first
+        assert list(runs_table.runs_frame(roots).run_id) == [b.name, a.name, c.name]  # newest first
         live.kill()
         live.wait()
         reads.clear()
-        again = data.runs_frame(roots)  # no file changed: only the running run's status
+        again = runs_table.runs_frame(roots)  # no file changed: only the running run's status
         assert dict(zip(again.run_id, again.status)) == {a.name: "interrupted",
                                                          b.name: "complete",
                                                          c.name: "complete"}
@@ -110,11 +110,11 @@ def test_the_runs_table_is_read_again_only_when_a_run_changes(monkeypatch, examp
         m = store.load_manifest(b)
         m["experiment"]["name"] = "renamed"
         store.write_manifest(b, m)
-        assert data.runs_frame(roots).set_index("run_id").experiment[b.name] == "renamed"
+        assert runs_table.runs_frame(roots).set_index("run_id").experiment[b.name] == "renamed"
         import shutil
 
         shutil.rmtree(b)
-        assert list(data.runs_frame(roots).run_id) == [a.name, c.name]
+        assert list(runs_table.runs_frame(roots).run_id) == [a.name, c.name]
     finally:
         live.kill()
         live.wait()
@@ -123,14 +123,15 @@ def test_the_runs_table_is_read_again_only_when_a_run_changes(monkeypatch, examp
 def test_selection_and_default_run():
     table = pd.DataFrame({"run_id": ["new", "mid", "old"], "path": ["/n", "/m", "/o"],
                           "problem": ["", "broken", ""]})
-    assert data.selection_from_rows(table, [2, 0]) == ("/n", "/o")  # newer is the run
-    assert data.selection_from_rows(table, [1]) == ("/m", data.NONE)
-    assert data.selection_from_rows(table, []) == (data.NONE, data.NONE)
-    assert data.default_run(table) == "/n"
-    assert data.default_run(table, "old") == "/o"
-    assert data.default_run(table, "nope") == "/n"
-    assert data.find_run(table, "mid") == "/m" and data.find_run(table, "nope") == data.NONE
-    assert data.default_run(table[table.problem != ""]) == "/m"  # only a broken one: its card
+    assert runs_table.selection_from_rows(table, [2, 0]) == ("/n", "/o")  # newer is the run
+    assert runs_table.selection_from_rows(table, [1]) == ("/m", data.NONE)
+    assert runs_table.selection_from_rows(table, []) == (data.NONE, data.NONE)
+    assert runs_table.default_run(table) == "/n"
+    assert runs_table.default_run(table, "old") == "/o"
+    assert runs_table.default_run(table, "nope") == "/n"
+    assert runs_table.find_run(table, "mid") == "/m"
+    assert runs_table.find_run(table, "nope") == data.NONE
+    assert runs_table.default_run(table[table.problem != ""]) == "/m"  # only a broken one: its card
 
 
 def test_speedup_spec_draws_the_report_bars(example_run):
