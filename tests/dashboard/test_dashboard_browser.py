@@ -20,7 +20,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from dash_helpers import ROOT
@@ -83,6 +85,19 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
+@contextmanager
+def _served(argv: list[str], port: int, log: Path) -> Iterator[str]:
+    """A server started from `argv` (listening on `port`, output to `log`), healthy: its URL."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        _wait_healthy(proc, port, log)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        _stop(proc)
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> str:
     """The base URL of a freshly started `harness dashboard` (nothing cached yet)."""
@@ -90,16 +105,10 @@ def server(tmp_path_factory) -> str:
     tmp = tmp_path_factory.mktemp("dashboard")
     port, log, user_store = free_port(), tmp / "dashboard.log", tmp / "runs"
     user_store.mkdir()
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "harness", "dashboard", "--store", str(user_store), "--port",
-             str(port)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        _wait_healthy(proc, port, log)
-        assert f"http://127.0.0.1:{port}" in log.read_text()  # the launcher printed the URL
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        _stop(proc)
+    with _served([sys.executable, "-m", "harness", "dashboard", "--store", str(user_store),
+                  "--port", str(port)], port, log) as url:
+        assert url in log.read_text()  # the launcher printed the URL
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -199,24 +208,17 @@ def test_a_bare_streamlit_page_drawn_for_scale(server, page, tmp_path):
     n = len(store.list_runs(data.EXAMPLES_ROOT))
     app = tmp_path / "bare.py"
     app.write_text(BARE_APP % (n, n))
-    port, log = free_port(), tmp_path / "bare.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", str(app), "--server.address",
-             "127.0.0.1", "--server.port", str(port), "--server.headless", "true",
-             "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal",
-             "--server.fileWatcherType", "none"],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        _wait_healthy(proc, port, log)
+    port = free_port()
+    with _served([sys.executable, "-m", "streamlit", "run", str(app), "--server.address",
+                  "127.0.0.1", "--server.port", str(port), "--server.headless", "true",
+                  "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal",
+                  "--server.fileWatcherType", "none"], port, tmp_path / "bare.log") as url:
         t0 = time.perf_counter()
-        page.goto(f"http://127.0.0.1:{port}/", wait_until="domcontentloaded", timeout=60_000)
+        page.goto(url + "/", wait_until="domcontentloaded", timeout=60_000)
         page.locator(IDLE).wait_for(timeout=120_000)
         table = page.locator('[data-testid="stDataFrame"]').first
         table.wait_for(state="visible", timeout=30_000)
         seconds = time.perf_counter() - t0
-    finally:
-        _stop(proc)
     print(f"\na bare Streamlit page (a title, one {n}-row table) drawn in {seconds:.2f} s: "
           "the floor of the timings above on this machine")
     _record("bare_streamlit_page_s", seconds)
