@@ -617,3 +617,46 @@ def test_one_gpus_profiler_passes_start_together_and_run_in_turn(tmp_path, test_
     assert {rec["case_id"] for rec in store.read_parts(run, "secondprof")} == set(ids)
     assert recs.stat().st_mtime > first[1]  # but profiled only after it
     assert not (run / "raw" / "locks").exists()
+
+
+@pytest.mark.slow
+def test_side_by_side_processes_of_one_gpu_start_together_and_run_in_turn(tmp_path, test_ops,
+                                                                         monkeypatch):
+    """With --gpus, a GPU dealt several profiler processes (ncu's, then nsys's) starts them
+    together: each after the first loads its cases (`--prewarm`) and waits for its turn
+    (`--wait-for`), as one GPU's passes do; a pass's span starts at its turn."""
+    from rich.progress import Progress
+
+    from harness.profilers import base
+    from harness.execute.runner import Runner
+
+    def timed(name, pause=0.0):
+        cls = _fake_profiler(name)
+        cls.command = lambda self, argv, out_dir, options: [
+            sys.executable, "-c", f"import time; time.sleep({pause}); " + _TIMED_WRAP,
+            str(out_dir), *argv]
+        return cls
+
+    run, ids = _run_dir(tmp_path, ["zeros"])
+    monkeypatch.setitem(base._REGISTRY, "firstprof", timed("firstprof", pause=3.0))
+    monkeypatch.setitem(base._REGISTRY, "secondprof", timed("secondprof"))
+    r = Runner(run, Console(file=open(os.devnull, "w")), GpuExecutor([0, 1]))
+    r.profile_cases = lambda which: ids
+    with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
+        passes = [r._plan_pass(progress, name, SimpleNamespace(cases="all", timeout_s=120))
+                  for name in ("firstprof", "secondprof")]
+    for p in passes:  # both on GPU 0, one process each: one lane of two
+        out = store.raw_dir(run, p.name, "gpu0")
+        p.shards = [(0, ids, out)]
+    r._run_processes(passes)
+    first = json.loads((run / "raw" / "firstprof" / "gpu0" / "times.json").read_text())
+    second = json.loads((run / "raw" / "secondprof" / "gpu0" / "times.json").read_text())
+    assert second[0] < first[1]  # started before the first process was over
+    assert "--prewarm --wait-for" in (run / "raw" / "secondprof" / "gpu0" /
+                                      "secondprof.log").read_text()
+    assert "--wait-for" not in (run / "raw" / "firstprof" / "gpu0" / "firstprof.log").read_text()
+    assert {rec["case_id"] for rec in store.read_parts(run, "secondprof")} == set(ids)
+    assert (run / "parts" / "secondprof.jsonl").stat().st_mtime > first[1]  # after its turn
+    assert passes[1].span[0] >= passes[0].span[1]  # its span: from its turn, not its start
+    assert passes[0].outcome[0][0] == passes[1].outcome[0][0] == 0
+    assert not (run / "raw" / "locks").exists()
