@@ -638,13 +638,14 @@ def test_side_by_side_processes_of_one_gpu_start_together_and_run_in_turn(tmp_pa
         return cls
 
     run, ids = _run_dir(tmp_path, ["zeros"])
-    monkeypatch.setitem(base._REGISTRY, "firstprof", timed("firstprof", pause=3.0))
+    monkeypatch.setitem(base._REGISTRY, "firstprof", timed("firstprof", pause=4.0))
     monkeypatch.setitem(base._REGISTRY, "secondprof", timed("secondprof"))
     r = Runner(run, Console(file=open(os.devnull, "w")), GpuExecutor([0, 1]))
     r.profile_cases = lambda which: ids
+    # the second process's limit (3 s) is shorter than its wait: it runs from its turn
     with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
-        passes = [r._plan_pass(progress, name, SimpleNamespace(cases="all", timeout_s=120))
-                  for name in ("firstprof", "secondprof")]
+        passes = [r._plan_pass(progress, name, SimpleNamespace(cases="all", timeout_s=limit))
+                  for name, limit in (("firstprof", 120), ("secondprof", 3.0))]
     for p in passes:  # both on GPU 0, one process each: one lane of two
         out = store.raw_dir(run, p.name, "gpu0")
         p.shards = [(0, ids, out)]
@@ -658,5 +659,6 @@ def test_side_by_side_processes_of_one_gpu_start_together_and_run_in_turn(tmp_pa
     assert {rec["case_id"] for rec in store.read_parts(run, "secondprof")} == set(ids)
     assert (run / "parts" / "secondprof.jsonl").stat().st_mtime > first[1]  # after its turn
     assert passes[1].span[0] >= passes[0].span[1]  # its span: from its turn, not its start
-    assert passes[0].outcome[0][0] == passes[1].outcome[0][0] == 0
+    assert passes[0].outcome[0] == passes[1].outcome[0] == (0, False)
+    assert sorted(passes[1].per_case) == sorted(ids)  # its profiled cases, not its prewarm
     assert not (run / "raw" / "locks").exists()

@@ -173,7 +173,8 @@ class ProfilerPasses:
                                   timeout=None if wait_for else limit,
                                   watchdog=expired if wait_for else stop.is_set)
         finally:
-            p.mark()
+            if wait_for is None or p.turns.get(i) is not None:  # else it ran nothing
+                p.mark()
 
     def _plan_pass(self, progress: Progress, prof_name: str, options) -> "_Pass | None":
         from harness.profilers import registry
@@ -249,18 +250,24 @@ class ProfilerPasses:
                    for (p, i), go in zip(jobs, turns)]
         for t in threads:
             t.start()
-        for k, t in enumerate(threads):
-            while t.is_alive() and not stop.is_set():
-                t.join(0.2)
-            if stop.is_set():
-                break
-            if k + 1 < len(jobs):  # the next process's turn: its span starts now
-                p, i = jobs[k + 1]
-                sharing.give_turn(turns[k + 1], p.shards[i][1])
-                p.turns[i] = time.monotonic()
-                p.mark()
-        for t in threads:
-            t.join()
+        try:
+            for k, t in enumerate(threads):
+                while t.is_alive() and not stop.is_set():
+                    t.join(0.2)
+                if stop.is_set():
+                    break
+                if k + 1 < len(jobs):  # the next process's turn: its span starts now
+                    p, i = jobs[k + 1]
+                    p.turns[i] = time.monotonic()
+                    if threads[k + 1].is_alive():  # (one that died waiting ran nothing)
+                        p.mark()
+                    sharing.give_turn(turns[k + 1], p.shards[i][1])
+        except BaseException:  # no process is left waiting for a turn that never comes
+            stop.set()
+            raise
+        finally:
+            for t in threads:
+                t.join()
 
     def _export(self, passes: list["_Pass"]) -> None:
         """Export and parse every shard's capture, side by side (each shard is an ncu or nsys
@@ -462,6 +469,8 @@ class _Pass:
                 else [now, now]
 
     def on_event(self, ev: dict) -> None:
+        if ev.get("name") == "prewarm":  # a waiting process loading its cases: not profiled
+            return
         with self._lock:
             if ev["event"] == "start":
                 self._began[ev["case_id"]] = time.monotonic()
