@@ -12,6 +12,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable
 
 from rich.progress import Progress
 
@@ -19,7 +20,7 @@ from harness.machine import env as envmod
 from harness import store
 from harness.experiment import spec
 from harness.execute import profile_carry, sharing
-from harness.execute.executors.process import (Interrupted, describe_rc, join, run_threads,
+from harness.execute.executors.process import (Interrupted, describe_rc, run_threads,
                                                stream, worker_argv, worker_env)
 from harness.execute.executors.schedule import (PROFILE_CASE_S, PROFILE_PROCESS_S, PROFILE_SETUP_S,
                                         shard_by_impl, shard_profilers)
@@ -113,27 +114,12 @@ class ProfilerPasses:
         while the pass before it runs, each with the GPU lock shared (harness.tuning.gpu_lock)
         while a profiled call holds it exclusively (Worker._warm_then_range): nothing of the
         waiting process runs on the GPU while ncu replays a kernel or nsys traces a range.
-        A pass's report is exported while the next pass runs."""
-        stop = threading.Event()
-        turns = [None] + [sharing.turn_file(self.run_dir, p.name) for p in passes[1:]]
-        threads = [threading.Thread(target=self._one_process, args=(p, 0, stop, go, True),
-                                    name=f"profile-{p.name}", daemon=True)
-                   for p, go in zip(passes, turns)]
+        A pass's report is exported while the next pass runs (_in_turn, as a GPU's processes
+        with --gpus)."""
         try:
-            for t in threads:
-                t.start()
-            for k, (p, t) in enumerate(zip(passes, threads)):
-                join(t)
-                if k + 1 < len(passes):  # the next pass's turn: its span starts now
-                    nxt = passes[k + 1]
-                    sharing.give_turn(turns[k + 1], nxt.shards[0][1])
-                    nxt.turns[0] = time.monotonic()
-                    nxt.span = [nxt.turns[0], nxt.turns[0]]
-                self._export([p])
+            self._in_turn([(p, 0) for p in passes], threading.Event(),
+                          after=lambda p, i: self._export([p]))
         except KeyboardInterrupt:
-            stop.set()
-            for t in threads:
-                t.join()
             raise Interrupted() from None
         finally:
             sharing.clear(self.run_dir)
@@ -145,7 +131,7 @@ class ProfilerPasses:
         """Shard `i` of pass `p` as a profiler process pinned to its GPU (with `wait_for`, the
         worker first calls its cases once (`--prewarm`) and then waits for that file, its
         turn, before its first case; `shared_gpu`: the processes of a GPU take its GPU lock,
-        _run_in_turn)."""
+        _in_turn)."""
         from harness.tuning import gpu_lock
 
         gpu, ids, out_dir = p.shards[i]
@@ -207,7 +193,7 @@ class ProfilerPasses:
 
     def _run_processes(self, passes: list["_Pass"]) -> None:
         """Every shard of `passes` as a profiler process pinned to its GPU: one process at a
-        time on a GPU (a GPU's later processes loading meanwhile: _lane_in_turn), the GPUs
+        time on a GPU (a GPU's later processes loading meanwhile: _in_turn), the GPUs
         side by side. Ctrl-C stops them all (Interrupted)."""
         by_gpu: dict[object, list[tuple[_Pass, int]]] = {}
         for p in passes:
@@ -228,7 +214,7 @@ class ProfilerPasses:
             if len(jobs) == 1:
                 one(*jobs[0])
                 return
-            self._lane_in_turn(jobs, stop)
+            self._in_turn(jobs, stop)
 
         try:
             run_threads([threading.Thread(target=lane, args=(jobs,), daemon=True)
@@ -236,12 +222,14 @@ class ProfilerPasses:
         finally:
             sharing.clear(self.run_dir)
 
-    def _lane_in_turn(self, jobs: list[tuple["_Pass", int]], stop: threading.Event) -> None:
-        """One GPU's processes (of the passes side by side), started together and run in turn,
-        each after the first loading its cases meanwhile and waiting for its turn, under the
-        GPU's lock, as _run_in_turn does on one GPU: on two H100s the nsys processes had
-        started after ncu's and loaded their cases then (flash.yaml cold: ncu+nsys 36.4 s for
-        27.1 s of ncu cases and 18.6 s of nsys cases)."""
+    def _in_turn(self, jobs: list[tuple["_Pass", int]], stop: threading.Event,
+                 after: Callable[["_Pass", int], None] | None = None) -> None:
+        """One GPU's processes (shard i of pass p for each (p, i) of `jobs`), started together
+        and run in turn, each after the first loading its cases meanwhile and waiting for its
+        turn, under the GPU's lock; `after(p, i)` once a process has ended and the next has
+        its turn (_run_in_turn: its export). With --gpus too: on two H100s the nsys processes
+        had started after ncu's and loaded their cases then (flash.yaml cold: ncu+nsys 36.4 s
+        for 27.1 s of ncu cases and 18.6 s of nsys cases)."""
         gpu = jobs[0][0].shards[jobs[0][1]][0]
         turns = [None] + [sharing.turn_file(self.run_dir, f"{p.name}.gpu{gpu}.{i}")
                           for p, i in jobs[1:]]
@@ -262,6 +250,8 @@ class ProfilerPasses:
                     if threads[k + 1].is_alive():  # (one that died waiting ran nothing)
                         p.mark()
                     sharing.give_turn(turns[k + 1], p.shards[i][1])
+                if after is not None:
+                    after(*jobs[k])
         except BaseException:  # no process is left waiting for a turn that never comes
             stop.set()
             raise
