@@ -136,6 +136,17 @@ def page(browser):
         ctx.close()
 
 
+def _table_drawn(page, url: str):
+    """(seconds, table): `url` opened, its script run to the end and its first table visible,
+    timed from the navigation (the first page and the bare page are timed alike)."""
+    t0 = time.perf_counter()
+    page.goto(url, wait_until="domcontentloaded", timeout=60_000)
+    page.locator(IDLE).wait_for(timeout=120_000)
+    table = page.locator('[data-testid="stDataFrame"]').first
+    table.wait_for(state="visible", timeout=30_000)
+    return time.perf_counter() - t0, table
+
+
 def _record(name: str, seconds: float) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     timings = json.loads(TIMINGS.read_text()) if TIMINGS.exists() else {}
@@ -144,12 +155,7 @@ def _record(name: str, seconds: float) -> None:
 
 
 def test_first_page_drawn_on_a_cold_server(server, page):
-    t0 = time.perf_counter()
-    page.goto(server + "/", wait_until="domcontentloaded", timeout=60_000)
-    page.locator(IDLE).wait_for(timeout=120_000)
-    table = page.locator('[data-testid="stDataFrame"]').first
-    table.wait_for(state="visible", timeout=30_000)
-    seconds = time.perf_counter() - t0
+    seconds, table = _table_drawn(page, server + "/")
     print(f"\nfirst page drawn in {seconds:.2f} s (cold server, "
           f"{len(store.list_runs(data.EXAMPLES_ROOT))} example runs)")
     _record("first_page_cold_s", seconds)
@@ -213,12 +219,7 @@ def test_a_bare_streamlit_page_drawn_for_scale(server, page, tmp_path):
                   "127.0.0.1", "--server.port", str(port), "--server.headless", "true",
                   "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal",
                   "--server.fileWatcherType", "none"], port, tmp_path / "bare.log") as url:
-        t0 = time.perf_counter()
-        page.goto(url + "/", wait_until="domcontentloaded", timeout=60_000)
-        page.locator(IDLE).wait_for(timeout=120_000)
-        table = page.locator('[data-testid="stDataFrame"]').first
-        table.wait_for(state="visible", timeout=30_000)
-        seconds = time.perf_counter() - t0
+        seconds, table = _table_drawn(page, url + "/")
     print(f"\na bare Streamlit page (a title, one {n}-row table) drawn in {seconds:.2f} s: "
           "the floor of the timings above on this machine")
     _record("bare_streamlit_page_s", seconds)
