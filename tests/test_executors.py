@@ -22,6 +22,7 @@ from harness.experiment import spec
 from harness.errors import HarnessError
 from harness.execute.executors import make_executor
 from harness.execute.executors.gpus import GpuExecutor
+from harness.execute.executors.local import LocalExecutor
 from harness.execute.executors.schedule import (case_timeout_s, estimate_s, longest_first,
                                                 parse_gpus, shard)
 
@@ -661,4 +662,170 @@ def test_side_by_side_processes_of_one_gpu_start_together_and_run_in_turn(tmp_pa
     assert passes[1].span[0] >= passes[0].span[1]  # its span: from its turn, not its start
     assert passes[0].outcome[0] == passes[1].outcome[0] == (0, False)
     assert sorted(passes[1].per_case) == sorted(ids)  # its profiled cases, not its prewarm
+    assert not (run / "raw" / "locks").exists()
+
+
+@pytest.mark.slow
+def test_profiler_processes_started_early_load_and_wait_for_the_measure_passes(tmp_path,
+                                                                               test_ops,
+                                                                               monkeypatch):
+    """start_early's path: every profiler process, the first pass's too, starts at once and
+    does nothing until `go` (the measure passes' end): then the first profiles, the second
+    loads its cases (`--load-after`, then `--prewarm`) and takes its turn after it; the passes
+    land as they would have, their spans from the first turn."""
+    import threading
+
+    from rich.progress import Progress
+
+    from harness.execute.profiler_passes import Early
+    from harness.execute.runner import Runner
+    from harness.profilers import base
+
+    def timed(name):
+        cls = _fake_profiler(name)
+        cls.command = lambda self, argv, out_dir, options: [
+            sys.executable, "-c", _TIMED_WRAP, str(out_dir), *argv]
+        cls.parse = lambda self, out_dir: __import__("pandas").DataFrame(
+            [{"case_id": c, "source": name, "kernel": "k", "name": "x", "value": 1.0,
+              "unit": ""} for c in ids], columns=base.METRIC_COLUMNS)
+        return cls
+
+    run, ids = _run_dir(tmp_path, ["zeros"])
+    for name in ("firstprof", "secondprof"):
+        monkeypatch.setitem(base._REGISTRY, name, timed(name))
+    r = Runner(run, Console(file=open(os.devnull, "w")))
+    r.profile_cases = lambda which: ids
+    early = Early()
+    todo = [("firstprof", SimpleNamespace(cases="all", timeout_s=120)),
+            ("secondprof", SimpleNamespace(cases="all", timeout_s=120))]
+    with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
+        t = threading.Thread(target=r.profile_passes, args=(progress, todo, early))
+        t.start()
+        assert early.planned.wait(60)
+        logs = [run / "raw" / n / f"{n}.log" for n in ("firstprof", "secondprof")]
+        time.sleep(3.0)  # the processes start, load and wait
+        assert not store.read_parts(run, "firstprof")  # nothing profiled before its turn
+        go_wall = time.time()
+        early.release()
+        t.join(120)
+    assert not t.is_alive()
+    assert r.passes["firstprof"] == r.passes["secondprof"] == "done", r.passes
+    first = json.loads((run / "raw" / "firstprof" / "times.json").read_text())
+    second = json.loads((run / "raw" / "secondprof" / "times.json").read_text())
+    assert first[0] < go_wall and second[0] < go_wall  # both started before the turn
+    first_log, second_log = (log.read_text() for log in logs)
+    assert "--wait-for" in first_log and "--prewarm" not in first_log
+    assert "--load-after" in second_log and "--prewarm --wait-for" in second_log
+    assert (run / "parts" / "firstprof.jsonl").stat().st_mtime > go_wall
+    assert (run / "parts" / "secondprof.jsonl").stat().st_mtime > first[1]  # in turn
+    m = store.load_manifest(run)
+    assert all(m["profiler_wall_s"][n]["started_early"] for n in ("firstprof", "secondprof"))
+    assert sorted(store.load_metrics(run).source.unique()) == ["firstprof", "secondprof"]
+    assert not (run / "raw" / "locks").exists()
+
+
+@pytest.mark.slow
+def test_profiler_processes_started_early_are_stopped_with_the_run(tmp_path, test_ops,
+                                                                   monkeypatch):
+    """A measure pass that fails or is interrupted stops the waiting profiler processes: the
+    pass raises Interrupted, no process is left and nothing was profiled."""
+    import threading
+
+    from rich.progress import Progress
+
+    from harness.execute.executors.process import Interrupted
+    from harness.execute.profiler_passes import Early
+    from harness.execute.runner import Runner
+    from harness.profilers import base
+
+    run, ids = _run_dir(tmp_path, ["zeros"])
+    monkeypatch.setitem(base._REGISTRY, "fakeprof", _fake_profiler("fakeprof"))
+    r = Runner(run, Console(file=open(os.devnull, "w")))
+    r.profile_cases = lambda which: ids
+    early, raised = Early(), []
+
+    def passes():
+        try:
+            r.profile_passes(progress, [("fakeprof", SimpleNamespace(cases="all",
+                                                                     timeout_s=120))], early)
+        except Interrupted:
+            raised.append(True)
+
+    with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
+        t = threading.Thread(target=passes)
+        t.start()
+        assert early.planned.wait(60)
+        time.sleep(2.0)
+        early.stop.set()
+        t.join(60)
+    assert not t.is_alive() and raised == [True]
+    assert not store.read_parts(run, "fakeprof")
+    assert not (run / "raw" / "locks").exists()
+
+
+@pytest.mark.slow
+def test_the_runner_starts_the_profilers_once_every_case_has_its_first_timing(
+        tmp_path, test_ops, monkeypatch):
+    """Runner.measure calls start_early when the time pass's first process has timed every
+    case, before its second process times any: every case's status is final by then."""
+    from rich.progress import Progress
+
+    from harness.execute.runner import Runner
+
+    run, ids = _run_dir(tmp_path, ["zeros", "nan"], extra={"processes": 2})
+    seen = []
+
+    def start_early(self, progress):
+        seen.append({"time": {r["case_id"] for r in store.read_parts(run, "time")},
+                     "check": {r["case_id"] for r in store.read_parts(run, "check")},
+                     "p2": len(store.read_parts(run, "time_p2")), "at": time.time()})
+
+    monkeypatch.setattr(Runner, "early_wanted", lambda self: True)
+    monkeypatch.setattr(Runner, "start_early", start_early)
+    r = Runner(run, Console(file=open(os.devnull, "w")), LocalExecutor())
+    with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
+        r.measure(progress)
+    assert len(seen) == 1
+    assert seen[0]["time"] == seen[0]["check"] == set(ids) and seen[0]["p2"] == 0
+    assert len(store.read_parts(run, "time_p2")) == len(ids)
+    assert (run / "parts" / "time_p2.jsonl").stat().st_mtime > seen[0]["at"]
+
+
+@pytest.mark.slow
+def test_with_gpus_a_gpu_profiles_once_its_own_shard_has_been_measured(tmp_path, test_ops,
+                                                                       monkeypatch):
+    """--gpus, profiler processes started early: a GPU's processes take their turn when that
+    GPU's shard of the measure passes has ended (Early.shard_done), not when every GPU's has
+    (Early.release)."""
+    import threading
+
+    from rich.progress import Progress
+
+    from harness.execute.profiler_passes import Early
+    from harness.execute.runner import Runner
+    from harness.profilers import base
+
+    monkeypatch.setitem(base._REGISTRY, "fakeprof", _fake_profiler("fakeprof"))
+    run, ids = _run_dir(tmp_path, ["zeros", "nan"])
+    r = Runner(run, Console(file=open(os.devnull, "w")), GpuExecutor([0, 1]))
+    r.profile_cases = lambda which: ids
+    early = Early()
+    with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
+        t = threading.Thread(target=r.profile_passes, args=(
+            progress, [("fakeprof", SimpleNamespace(cases="all", timeout_s=120))], early))
+        t.start()
+        assert early.planned.wait(60)
+        part = {g: run / "parts" / f"fakeprof.gpu{g}.jsonl" for g in (0, 1)}
+        time.sleep(2.0)
+        assert not part[0].exists() and not part[1].exists()
+        early.shard_done(0)
+        deadline = time.monotonic() + 60
+        while len(store.read_parts(run, "fakeprof")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)  # GPU 0's cases: the impl dealt to it
+        time.sleep(1.0)
+        assert part[0].exists() and not part[1].exists()
+        early.release()
+        t.join(120)
+    assert not t.is_alive() and r.passes["fakeprof"] == "done", r.passes
+    assert {rec["case_id"] for rec in store.read_parts(run, "fakeprof")} == set(ids)
     assert not (run / "raw" / "locks").exists()

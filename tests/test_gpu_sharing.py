@@ -230,6 +230,31 @@ def test_prewarm_calls_every_case_untimed_then_waits_for_its_turn(tmp_path, test
     assert warmed == [c for c in ids if c.startswith("warm_tuned.")] and len(warmed) < len(ids)
 
 
+def test_prewarm_waits_for_its_load_file_first(tmp_path, test_ops):
+    """`--load-after`: a profiler process started while the time pass times makes no call
+    until that file exists, then prewarms and waits for its turn as before."""
+    log = tmp_path / "tune.log"
+    run, ids = _run_dir(tmp_path, ["warm_tuned"], n=(64,))
+    load, go = tmp_path / "load.json", tmp_path / "go.json"
+    env = {**os.environ, "HARNESS_TEST_TUNE_LOG": str(log), "TRITON_INTERPRET": "1"}
+    argv = [sys.executable, "-m", "harness", "worker", "--run", str(run), "--passes", "time",
+            "--device", "cpu", "--cases", ",".join(ids), "--tag", "time_p2", "--load-after",
+            str(load), "--prewarm", "--wait-for", str(go)]
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
+    time.sleep(6.0)  # started, imported: waiting for the load file
+    assert p.poll() is None and not log.exists()
+    load.write_text("[]")
+    deadline = time.monotonic() + 120
+    while not log.exists() or "launch 3" not in log.read_text():  # prewarmed now
+        assert time.monotonic() < deadline and p.poll() is None
+        time.sleep(0.1)
+    assert not store.read_parts(run, "time_p2")  # and waits for its turn
+    go.write_text(json.dumps(["warm_tuned.N=64.float32"]))
+    p.communicate(timeout=120)
+    assert p.returncode == 0
+    assert [r["case_id"] for r in store.read_parts(run, "time_p2")] == ["warm_tuned.N=64.float32"]
+
+
 def test_a_profiled_call_has_the_gpu_to_itself_while_the_next_pass_prewarms(tmp_path,
                                                                            monkeypatch,
                                                                            test_ops):

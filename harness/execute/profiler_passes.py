@@ -4,7 +4,10 @@ by the profiler, then exports, parses and merges what it measured into the run's
 extra tables. On one GPU the passes run one after the other; with --gpus they share the GPUs:
 every pass's cases are dealt onto them together, an implementation's cases of one pass in one
 process (ncu on one GPU while nsys runs on another), a GPU running its processes in turn. Either
-way a GPU's later processes start with its first and load their cases while it runs.
+way a GPU's later processes start with its first and load their cases while it runs. On the GPU
+runs of the local and --gpus executors every profiler process starts before the measure passes
+end (`start_early`: once every case has its first timing, while the time pass's later process
+times) and waits; its cases load and its turn comes when they have ended.
 """
 from __future__ import annotations
 
@@ -26,12 +29,123 @@ from harness.execute.executors.schedule import (PROFILE_CASE_S, PROFILE_PROCESS_
                                         shard_by_impl, shard_profilers)
 from harness.execute.previous import previous_profile_s
 
+EARLY_ENV = "HARNESS_EARLY_PROFILERS"  # "0": the profiler processes start after the time pass
+
+
+class Early:
+    """Profiler passes started before the measure passes end (ProfilerPasses.start_early): a
+    thread plans them and starts their processes, which wait for their GPU's `gate`."""
+
+    def __init__(self) -> None:
+        self.go = threading.Event()       # the measure passes are over: every first turn
+        self.stop = threading.Event()     # Ctrl-C or a failed measure pass: kill them
+        self.planned = threading.Event()  # the run's tables are the runner thread's again
+        self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._done: set = set()           # GPUs whose shard of the measure passes has ended
+        self._gates: dict = {}
+
+    def gate(self, gpu) -> threading.Event:
+        """Set when GPU `gpu` may profile: its shard of the measure passes has ended (--gpus),
+        or all of them have (`release`)."""
+        with self._lock:
+            ev = self._gates.setdefault(gpu, threading.Event())
+            if gpu in self._done or self.go.is_set():
+                ev.set()
+            return ev
+
+    def shard_done(self, gpu) -> None:
+        with self._lock:
+            self._done.add(gpu)
+            if gpu in self._gates:
+                self._gates[gpu].set()
+
+    def release(self) -> None:
+        with self._lock:
+            self.go.set()
+            for ev in self._gates.values():
+                ev.set()
+
 
 class ProfilerPasses:
-    """Runner's profiler passes (needs run_dir, exp, device, executor, passes, pass_wall,
+    """Runner's profiler passes (needs run_dir, exp, op, device, executor, passes, pass_wall,
     manifest, plan() and _set_pass() from Runner)."""
 
-    def _profilers(self, progress: Progress) -> None:
+    _early: Early | None = None
+
+    def early_wanted(self) -> bool:
+        """Whether this run's profiler processes may start before its measure passes end: a
+        GPU run on this host (local or --gpus) with an ncu or nsys pass still to do."""
+        import os
+
+        prof = self.exp.profile
+        return (self.device == "cuda" and self.executor.kind in ("local", "gpus")
+                and os.environ.get(EARLY_ENV, "1") != "0"
+                and any(opts is not None and opts.enabled and not self._done(name)
+                        for name, opts in (("ncu", prof.ncu), ("nsys", prof.nsys))))
+
+    def start_early(self, progress: Progress) -> None:
+        """Plan the profiler passes and start their processes now, in a thread: called once
+        every case has its first timing (each case's status is then final), while the time
+        pass's later process times. The processes start (Python, the imports, the profiler's
+        own) and wait; when the measure passes have ended (`_profilers` in the runner's
+        thread) the first has its turn and the others load their cases meanwhile (_in_turn).
+        On an H100 ncu's process had spent ~4-5 s starting before its first case, after the
+        time pass (flash.yaml cold: run 27.3-30.3 s, its cases 23.3-25.2 s)."""
+        if self._early is not None:
+            return
+        from harness.store.results import consolidate
+
+        early = Early()
+        for gpu in list(getattr(self, "_measured_gpus", ())):  # shards already over (--gpus)
+            early.shard_done(gpu)
+        self._early = early
+
+        def main() -> None:
+            try:
+                consolidate(self.run_dir, self.op)  # the statuses the pass's cases are chosen by
+                self._profilers(progress, early)
+            except BaseException as exc:  # re-raised in the runner's thread (_finish_early)
+                early.error = exc
+            finally:
+                early.planned.set()
+
+        early.thread = threading.Thread(target=main, name="profilers-early", daemon=True)
+        early.thread.start()
+
+    def early_planned(self) -> None:
+        """Wait until the early thread has planned its passes (it reads and writes the run's
+        tables until then)."""
+        if self._early is not None:
+            self._early.planned.wait()
+
+    def stop_early(self) -> None:
+        """Kill the early profiler processes (a measure pass failed or was interrupted)."""
+        early = self._early
+        if early is not None and early.thread is not None and early.thread.is_alive():
+            early.stop.set()
+            early.thread.join()
+            sharing.clear(self.run_dir)
+
+    def _finish_early(self) -> None:
+        """The early processes' turn (the measure passes are over): wait for their passes."""
+        early = self._early
+        early.release()
+        try:
+            while early.thread.is_alive():
+                early.thread.join(0.2)
+        except KeyboardInterrupt:
+            early.stop.set()
+            early.thread.join()
+            raise Interrupted() from None
+        if early.error is not None:
+            raise early.error
+
+    def _profilers(self, progress: Progress, early: Early | None = None) -> None:
+        if early is None and self._early is not None:
+            self._finish_early()
+            return
         prof = self.exp.profile
         if self.device != "cuda":
             for name, opts in (("ncu", prof.ncu), ("nsys", prof.nsys)):
@@ -57,7 +171,7 @@ class ProfilerPasses:
                 self._set_pass("nsys", f"skipped: {Nsys().availability().detail}; "
                                        "kernel table from torch.profiler instead")
                 todo.append(("torch_profiler", prof.nsys))
-        self.profile_passes(progress, todo)
+        self.profile_passes(progress, todo, early)
 
     def _done(self, name: str) -> bool:
         return self.passes.get(name, "").startswith(("done", "skipped"))
@@ -77,36 +191,47 @@ class ProfilerPasses:
         """One profiler pass on its own (profile_passes)."""
         self.profile_passes(progress, [(prof_name, options)])
 
-    def profile_passes(self, progress: Progress, todo: list[tuple[str, object]]) -> None:
+    def profile_passes(self, progress: Progress, todo: list[tuple[str, object]],
+                       early: Early | None = None) -> None:
         """Run the profiler passes `todo` ([(name, options)], in order). With one GPU, one pass
         after the other. With several, side by side: every pass's processes are dealt onto
         the GPUs together (an implementation's cases of one pass in one process, a GPU running
         its processes in turn), so ncu on one GPU runs while nsys runs on another instead of
-        each pass leaving a GPU idle through its start-up and its tail."""
+        each pass leaving a GPU idle through its start-up and its tail. `early`: every
+        process, a GPU's first too, starts now and waits for its GPU's gate (start_early)."""
         passes = [p for p in (self._plan_pass(progress, name, opts) for name, opts in todo) if p]
         gpus = self.executor.profiler_gpus()
-        if len(passes) > 1 and len(gpus) > 1:
+        if len(passes) > 1 and len(gpus) > 1 or early is not None and len(gpus) > 1:
             started = time.monotonic()
-            for p, shards in zip(passes, self._joint_shards(passes, gpus)):
+            for p, shards in zip(passes, self._joint_shards(passes, gpus) if len(passes) > 1
+                                 else [self._profile_shards(p.name, p.cases) for p in passes]):
                 p.shards = shards
-            self._run_processes(passes)
+            if early is not None:
+                early.planned.set()
+            self._run_processes(passes, early)
+            if early is not None:  # the passes' wall runs from the first turn
+                started = min((p.span[0] for p in passes if p.span), default=started)
             self._export(passes)
             for p in passes:
-                self._merge_pass(p, side_by_side=True)
-            key = "+".join(p.name for p in passes)
-            self.pass_wall[key] = round(time.monotonic() - started, 2)
+                self._merge_pass(p, side_by_side=len(passes) > 1, early=early is not None)
+            if len(passes) > 1:
+                key = "+".join(p.name for p in passes)
+                self.pass_wall[key] = round(time.monotonic() - started, 2)
             return
         for p in passes:  # one GPU: one pass after the other
             p.shards = self._profile_shards(p.name, p.cases)
-        if len(passes) > 1 and all(len(p.shards) == 1 for p in passes):
-            self._run_in_turn(passes)
+        if early is not None:
+            early.planned.set()
+        if passes and (early is not None or len(passes) > 1
+                       and all(len(p.shards) == 1 for p in passes)):
+            self._run_in_turn(passes, early)
             return
         for p in passes:
             self._run_processes([p])
             self._export([p])
             self._merge_pass(p)
 
-    def _run_in_turn(self, passes: list["_Pass"]) -> None:
+    def _run_in_turn(self, passes: list["_Pass"], early: Early | None = None) -> None:
         """One process per pass on one GPU, in turn, each started with the first and waiting
         for its turn (worker `--wait-for`) before it profiles: its start-up (the profiler's,
         Python's, the imports) is over by then, and so are its cases' first calls (worker
@@ -115,23 +240,28 @@ class ProfilerPasses:
         while a profiled call holds it exclusively (Worker._warm_then_range): nothing of the
         waiting process runs on the GPU while ncu replays a kernel or nsys traces a range.
         A pass's report is exported while the next pass runs (_in_turn, as a GPU's processes
-        with --gpus)."""
+        with --gpus). `early`: the first process waits too, for the GPU's gate (start_early)."""
+        stop = early.stop if early is not None else threading.Event()
         try:
-            self._in_turn([(p, 0) for p in passes], threading.Event(),
-                          after=lambda p, i: self._export([p]))
+            self._in_turn([(p, 0) for p in passes], stop,
+                          after=lambda p, i: self._export([p]),
+                          go=early.gate(passes[0].shards[0][0]) if early is not None else None)
         except KeyboardInterrupt:
             raise Interrupted() from None
         finally:
             sharing.clear(self.run_dir)
+        if stop.is_set():
+            raise Interrupted()
         for p in passes:
-            self._merge_pass(p)
+            self._merge_pass(p, early=early is not None)
 
     def _one_process(self, p: "_Pass", i: int, stop: threading.Event,
-                     wait_for: Path | None = None, shared_gpu: bool = False) -> None:
+                     wait_for: Path | None = None, shared_gpu: bool = False,
+                     load_after: Path | None = None, prewarm: bool = True) -> None:
         """Shard `i` of pass `p` as a profiler process pinned to its GPU (with `wait_for`, the
-        worker first calls its cases once (`--prewarm`) and then waits for that file, its
-        turn, before its first case; `shared_gpu`: the processes of a GPU take its GPU lock,
-        _in_turn)."""
+        worker first calls its cases once (`--prewarm`, unless `prewarm` is off; after the
+        file `load_after` exists, when given) and then waits for that file, its turn, before
+        its first case; `shared_gpu`: the processes of a GPU take its GPU lock, _in_turn)."""
         from harness.tuning import gpu_lock
 
         gpu, ids, out_dir = p.shards[i]
@@ -139,8 +269,9 @@ class ProfilerPasses:
                                           "torch_profiler" else "profile", self.device, ids,
                                           tag=p.name,
                                           shard=f"gpu{gpu}" if len(p.shards) > 1 else None)
-                              + (["--prewarm", "--wait-for", str(wait_for)] if wait_for
-                                 else []),
+                              + ((["--load-after", str(load_after)] if load_after else [])
+                                 + (["--prewarm"] if prewarm else [])
+                                 + ["--wait-for", str(wait_for)] if wait_for else []),
                               out_dir, p.options)
         env = {**worker_env(self.device, gpu), **p.prof.env()}
         if shared_gpu:
@@ -191,65 +322,89 @@ class ProfilerPasses:
         p.record, p.carry = record, carry
         return p
 
-    def _run_processes(self, passes: list["_Pass"]) -> None:
+    def _run_processes(self, passes: list["_Pass"], early: Early | None = None) -> None:
         """Every shard of `passes` as a profiler process pinned to its GPU: one process at a
         time on a GPU (a GPU's later processes loading meanwhile: _in_turn), the GPUs
-        side by side. Ctrl-C stops them all (Interrupted)."""
+        side by side. Ctrl-C stops them all (Interrupted). `early`: a GPU's first process
+        waits too, for its GPU's gate (start_early)."""
         by_gpu: dict[object, list[tuple[_Pass, int]]] = {}
         for p in passes:
             for i, (gpu, _ids, _out) in enumerate(p.shards):
                 by_gpu.setdefault(gpu, []).append((p, i))
 
-        stop = threading.Event()  # Ctrl-C: every lane's process group is killed
+        # Ctrl-C: every lane's process group is killed
+        stop = early.stop if early is not None else threading.Event()
 
         def one(p: _Pass, i: int) -> None:
             self._one_process(p, i, stop)
 
         lanes = list(by_gpu.values())
-        if len(lanes) == 1 and len(lanes[0]) == 1:
+        if len(lanes) == 1 and len(lanes[0]) == 1 and early is None:
             one(*lanes[0][0])  # in this thread: Ctrl-C reaches stream() itself
             return
 
         def lane(jobs) -> None:
-            if len(jobs) == 1:
+            if len(jobs) == 1 and early is None:
                 one(*jobs[0])
                 return
-            self._in_turn(jobs, stop)
+            # early: a GPU's turn comes when its own shard of the measure passes has ended
+            gpu = jobs[0][0].shards[jobs[0][1]][0]
+            self._in_turn(jobs, stop, go=early.gate(gpu) if early is not None else None)
 
         try:
             run_threads([threading.Thread(target=lane, args=(jobs,), daemon=True)
                          for jobs in lanes], stop)
         finally:
             sharing.clear(self.run_dir)
+        if early is not None and stop.is_set():
+            raise Interrupted()
 
     def _in_turn(self, jobs: list[tuple["_Pass", int]], stop: threading.Event,
-                 after: Callable[["_Pass", int], None] | None = None) -> None:
+                 after: Callable[["_Pass", int], None] | None = None,
+                 go: threading.Event | None = None) -> None:
         """One GPU's processes (shard i of pass p for each (p, i) of `jobs`), started together
         and run in turn, each after the first loading its cases meanwhile and waiting for its
         turn, under the GPU's lock; `after(p, i)` once a process has ended and the next has
         its turn (_run_in_turn: its export). With --gpus too: on two H100s the nsys processes
         had started after ncu's and loaded their cases then (flash.yaml cold: ncu+nsys 36.4 s
-        for 27.1 s of ncu cases and 18.6 s of nsys cases)."""
+        for 27.1 s of ncu cases and 18.6 s of nsys cases). `go` (start_early): every process
+        starts now and waits; when `go` is set, the first has its turn and the others load
+        their cases (not before: their calls would hold the time pass's timing off; on an
+        H100 loading flash.yaml's cases beside its time pass made that pass 16 s longer)."""
         gpu = jobs[0][0].shards[jobs[0][1]][0]
-        turns = [None] + [sharing.turn_file(self.run_dir, f"{p.name}.gpu{gpu}.{i}")
-                          for p, i in jobs[1:]]
-        threads = [threading.Thread(target=self._one_process, args=(p, i, stop, go, True),
+        turns = [sharing.turn_file(self.run_dir, f"{p.name}.gpu{gpu}.{i}")
+                 if k or go is not None else None for k, (p, i) in enumerate(jobs)]
+        loads = [sharing.turn_file(self.run_dir, f"{p.name}.gpu{gpu}.{i}.load")
+                 if k and go is not None else None for k, (p, i) in enumerate(jobs)]
+        threads = [threading.Thread(target=self._one_process,
+                                    args=(p, i, stop, turn, True, load, k > 0),
                                     name=f"profile-{p.name}-{i}", daemon=True)
-                   for (p, i), go in zip(jobs, turns)]
+                   for k, ((p, i), turn, load) in enumerate(zip(jobs, turns, loads))]
         for t in threads:
             t.start()
+
+        def give(k: int) -> None:  # process k's turn: its span starts now
+            p, i = jobs[k]
+            p.turns[i] = time.monotonic()
+            if threads[k].is_alive():  # (one that died waiting ran nothing)
+                p.mark()
+            sharing.give_turn(turns[k], p.shards[i][1])
+
         try:
+            if go is not None:
+                while not go.wait(0.2) and not stop.is_set():
+                    pass
+                if not stop.is_set():
+                    give(0)
+                    for load in loads[1:]:  # the later processes load their cases now
+                        sharing.give_turn(load, [])
             for k, t in enumerate(threads):
                 while t.is_alive() and not stop.is_set():
                     t.join(0.2)
                 if stop.is_set():
                     break
-                if k + 1 < len(jobs):  # the next process's turn: its span starts now
-                    p, i = jobs[k + 1]
-                    p.turns[i] = time.monotonic()
-                    if threads[k + 1].is_alive():  # (one that died waiting ran nothing)
-                        p.mark()
-                    sharing.give_turn(turns[k + 1], p.shards[i][1])
+                if k + 1 < len(jobs):
+                    give(k + 1)
                 if after is not None:
                     after(*jobs[k])
         except BaseException:  # no process is left waiting for a turn that never comes
@@ -290,7 +445,7 @@ class ProfilerPasses:
         with ThreadPoolExecutor(len(jobs)) as pool:
             list(pool.map(finish, jobs))
 
-    def _merge_pass(self, p: "_Pass", side_by_side: bool = False) -> None:
+    def _merge_pass(self, p: "_Pass", side_by_side: bool = False, early: bool = False) -> None:
         prof_name = p.name
         ran = p.span[1] - p.span[0] if p.span else 0.0
         export_s = max((got["export_s"] for got in p.finished), default=0.0)
@@ -330,6 +485,8 @@ class ProfilerPasses:
             timing["gpus"] = {str(g): len(ids) for g, ids, _ in p.shards}
         if side_by_side:
             timing["side_by_side"] = True
+        if early:  # its processes started before the measure passes ended (start_early)
+            timing["started_early"] = True
         self._land(prof_name, p.prof.source, frames, tables, timing, states, p.carry)
 
     def _land(self, prof_name: str, source: str, frames: list, tables: dict, timing: dict,

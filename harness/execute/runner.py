@@ -48,6 +48,7 @@ class Runner(ProfilerPasses):
         self.op = op_for(self.manifest)
         self.device = self.manifest["device"]
         self.passes: dict[str, str] = dict(self.manifest.get("passes", {}))
+        self._measured_gpus: set = set()  # GPUs whose shard of the measure passes has ended
 
     # -- bookkeeping --------------------------------------------------------------------------
     def _set_pass(self, name: str, state: str) -> None:
@@ -82,9 +83,16 @@ class Runner(ProfilerPasses):
                 len(self._todo(q)) for q in share))
         span: dict[str, list[float]] = {}
         t0 = time.monotonic()
+        # the cases still to be timed a first time: when none is left, every case's status is
+        # final and the profiler processes start, while the time pass's later process times
+        untimed = set(self._todo("time")) if self.early_wanted() else set()
 
         def on_event(ev):
             name, now = ev.get("name"), time.monotonic()
+            if name == "time" and ev["event"] == "done" and untimed:
+                untimed.discard(ev.get("case_id"))
+                if not untimed:
+                    self.start_early(progress)
             name = "time" if name in parts and name not in MEASURE_PASSES else name
             if name not in tasks:
                 return
@@ -104,6 +112,7 @@ class Runner(ProfilerPasses):
             except HarnessError:  # an unreadable earlier run: this one tunes, as with none
                 source = None
             self.manifest = store.update_manifest(self.run_dir, tuner_picks_from=source)
+        self.executor.on_shard_done = self._shard_done
         order, cost, limits = self.plan()
         left = set().union(*(self._todo(p) for p in parts))
         todo_ids = [c for c in order if c in left]
@@ -115,10 +124,11 @@ class Runner(ProfilerPasses):
             try:
                 self.executor.measure(self.run_dir, todo_ids, cost, limits, self.device,
                                       on_event)
-            finally:  # the workers' GPU locks and turn files (harness.execute.sharing)
-                from harness.execute import sharing
+            finally:  # the workers' GPU locks and turn files (harness.execute.sharing),
+                from harness.execute import sharing  # unless profiler processes wait there
 
-                sharing.clear(self.run_dir)
+                if self._early is None:
+                    sharing.clear(self.run_dir)
         # the check pass starts with the first worker (its start-up is part of the pass)
         if "check" in span:
             span["check"][0] = t0
@@ -129,6 +139,13 @@ class Runner(ProfilerPasses):
         for p in MEASURE_PASSES:
             progress.update(tasks[p], description=p, completed=totals[p])
             self._set_pass(p, "done")
+
+    def _shard_done(self, gpu) -> None:
+        """A GPU's shard of the measure passes has ended (--gpus): its profiler processes,
+        started early, may profile while the other GPUs still measure."""
+        self._measured_gpus.add(gpu)
+        if self._early is not None:
+            self._early.shard_done(gpu)
 
     def compile_ahead(self, progress: Progress, check_ids: list[str],
                       limits: dict[str, float]) -> None:
@@ -176,13 +193,17 @@ class Runner(ProfilerPasses):
                       TimeElapsedColumn(), console=self.console, transient=False) as progress:
             try:
                 self.measure(progress)
+                self.early_planned()  # profiler processes started early: their plan is made
                 consolidate(self.run_dir, self.op)
                 self._profilers(progress)
             except Interrupted:
+                self.stop_early()
                 consolidate(self.run_dir, self.op)
                 store.update_manifest(self.run_dir, status="interrupted",
                                       executor=self.executor.describe())
                 raise
+            finally:
+                self.stop_early()
         self.finish()
         self.pass_wall["total"] = round(time.monotonic() - t0, 2)
         self.manifest = store.update_manifest(self.run_dir, pass_wall_s=self.pass_wall,

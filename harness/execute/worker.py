@@ -278,7 +278,8 @@ class Worker:
 
     def run(self, passes: list[str], only: list[str] | None, tag: str | None = None,
             shard: str | None = None, *, ahead: bool = False, prewarm: bool = False,
-            wait_for: str | None = None, claims: str | None = None) -> int:
+            wait_for: str | None = None, claims: str | None = None,
+            load_after: str | None = None) -> int:
         """Do every (pass, case) without a record; records go to parts/<tag or pass>.jsonl
         (parts/<pass>.<shard>.jsonl when several workers run at once).
 
@@ -286,13 +287,17 @@ class Worker:
         timed a Tuner gets no record (the check pass does it again, alone). `prewarm`: one
         untimed call of each case first (`prewarm`); `wait_for`: then wait for that file, whose
         JSON list of case ids replaces `only` (the time pass's later process, started while
-        the first one checks: harness.execute.executors.process.run_shard). `claims` (a
+        the first one checks: harness.execute.executors.process.run_shard); `load_after`:
+        wait for that file before the prewarm (a profiler process started while the time
+        pass times: its calls would hold the timing off). `claims` (a
         folder with units.json, {case: class}): a case is done only if its class is this
         worker's or can be claimed for it (compile-ahead's work stealing: sharing.Claims)."""
         from harness import store, tuning
 
         self.process = store.repeat_index(tag)
         if prewarm:
+            if load_after:
+                sharing.wait_turn(load_after)
             self.prewarm(only)
         if wait_for:
             only = self.wait_turn(wait_for)

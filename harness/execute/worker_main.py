@@ -24,6 +24,9 @@ def main(argv: list[str] | None = None) -> int:
                          "left unrecorded for the check pass")
     ap.add_argument("--prewarm", action="store_true",
                     help="one untimed call of each case before the passes")
+    ap.add_argument("--load-after", default=None,
+                    help="with --prewarm: wait for this file to exist before the untimed calls "
+                         "(a profiler process started while the time pass runs)")
     ap.add_argument("--claims", default=None,
                     help="a folder with units.json ({case: class}): do a case only if its "
                          "class is claimed for this worker (compile-ahead's work stealing)")
@@ -68,4 +71,4 @@ def _run(a, passes: list[str], only: list[str] | None, selfprofile) -> int:
     w = Worker(Path(a.run), a.device)
     with selfprofile.profiled("worker-" + "-".join([*passes, *(x for x in (a.shard, a.tag) if x)])):
         return w.run(passes, only, a.tag, a.shard, ahead=a.ahead, prewarm=a.prewarm,
-                     wait_for=a.wait_for, claims=a.claims)
+                     wait_for=a.wait_for, claims=a.claims, load_after=a.load_after)

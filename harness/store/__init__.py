@@ -25,6 +25,7 @@ import os
 import re
 import secrets
 import tempfile
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,8 @@ from typing import Any
 import pandas as pd
 
 from harness.errors import StoreError
+
+_MANIFEST_LOCK = threading.RLock()  # update_manifest: one read-change-write at a time
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -130,10 +133,13 @@ def write_manifest(run_dir: Path, manifest: dict) -> None:
 
 
 def update_manifest(run_dir: Path, **changes) -> dict:
-    m = load_manifest(run_dir)
-    m.update(changes)
-    write_manifest(run_dir, m)
-    return m
+    """Read, change and write the manifest, one thread of this process at a time (the runner
+    plans its profiler passes in a thread while its measure passes end)."""
+    with _MANIFEST_LOCK:
+        m = load_manifest(run_dir)
+        m.update(changes)
+        write_manifest(run_dir, m)
+        return m
 
 
 def load_manifest(run_dir: str | Path) -> dict:

@@ -11,6 +11,9 @@ class Executor:
     """Runs the check + time passes of `case_ids` (longest first) with per-case limits."""
 
     kind = "local"
+    # called with a GPU's number once its shard of the measure passes has ended (--gpus: the
+    # runner lets that GPU's profiler processes start profiling; ProfilerPasses.start_early)
+    on_shard_done: Callable[[int | None], None] | None = None
 
     def describe(self) -> dict:
         """The manifest's `executor` record: kind, GPUs used, hosts."""

@@ -57,6 +57,8 @@ class GpuExecutor(Executor):
                 run_shard(run_dir, ids, device=device, limits=limits, gpu=gpu,
                           shard=f"gpu{gpu}", on_event=locked, stop=stop,
                           log_path=store.raw_dir(run_dir, "logs") / f"measure.gpu{gpu}.log")
+                if self.on_shard_done is not None:
+                    self.on_shard_done(gpu)
             except Interrupted:
                 pass
             except BaseException as exc:  # re-raised in the main thread
