@@ -695,19 +695,19 @@ def test_profiler_processes_started_early_load_and_wait_for_the_measure_passes(t
         monkeypatch.setitem(base._REGISTRY, name, timed(name))
     r = Runner(run, Console(file=open(os.devnull, "w")))
     r.profile_cases = lambda which: ids
-    early = Early()
+    early = r._early = Early()
     todo = [("firstprof", SimpleNamespace(cases="all", timeout_s=120)),
             ("secondprof", SimpleNamespace(cases="all", timeout_s=120))]
     with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
-        t = threading.Thread(target=r.profile_passes, args=(progress, todo, early))
+        t = early.thread = threading.Thread(target=r.profile_passes, args=(progress, todo, early))
         t.start()
         assert early.planned.wait(60)
         logs = [run / "raw" / n / f"{n}.log" for n in ("firstprof", "secondprof")]
         time.sleep(3.0)  # the processes start, load and wait
         assert not store.read_parts(run, "firstprof")  # nothing profiled before its turn
         go_wall = time.time()
-        early.release()
-        t.join(120)
+        assert (run / "raw" / "locks").exists()
+        r._finish_early()  # the runner's thread: the turn, then the run's locks removed
     assert not t.is_alive()
     assert r.passes["firstprof"] == r.passes["secondprof"] == "done", r.passes
     first = json.loads((run / "raw" / "firstprof" / "times.json").read_text())
@@ -743,6 +743,7 @@ def test_profiler_processes_started_early_are_stopped_with_the_run(tmp_path, tes
     r = Runner(run, Console(file=open(os.devnull, "w")))
     r.profile_cases = lambda which: ids
     early, raised = Early(), []
+    r._early = early
 
     def passes():
         try:
@@ -752,12 +753,11 @@ def test_profiler_processes_started_early_are_stopped_with_the_run(tmp_path, tes
             raised.append(True)
 
     with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
-        t = threading.Thread(target=passes)
+        t = early.thread = threading.Thread(target=passes)
         t.start()
         assert early.planned.wait(60)
         time.sleep(2.0)
-        early.stop.set()
-        t.join(60)
+        r.stop_early()  # the measure passes failed: kill, wait, remove the locks
     assert not t.is_alive() and raised == [True]
     assert not store.read_parts(run, "fakeprof")
     assert not (run / "raw" / "locks").exists()
@@ -809,9 +809,9 @@ def test_with_gpus_a_gpu_profiles_once_its_own_shard_has_been_measured(tmp_path,
     run, ids = _run_dir(tmp_path, ["zeros", "nan"])
     r = Runner(run, Console(file=open(os.devnull, "w")), GpuExecutor([0, 1]))
     r.profile_cases = lambda which: ids
-    early = Early()
+    early = r._early = Early()
     with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
-        t = threading.Thread(target=r.profile_passes, args=(
+        t = early.thread = threading.Thread(target=r.profile_passes, args=(
             progress, [("fakeprof", SimpleNamespace(cases="all", timeout_s=120))], early))
         t.start()
         assert early.planned.wait(60)
@@ -824,8 +824,34 @@ def test_with_gpus_a_gpu_profiles_once_its_own_shard_has_been_measured(tmp_path,
             time.sleep(0.2)  # GPU 0's cases: the impl dealt to it
         time.sleep(1.0)
         assert part[0].exists() and not part[1].exists()
-        early.release()
-        t.join(120)
+        r._finish_early()
     assert not t.is_alive() and r.passes["fakeprof"] == "done", r.passes
     assert {rec["case_id"] for rec in store.read_parts(run, "fakeprof")} == set(ids)
     assert not (run / "raw" / "locks").exists()
+
+
+def test_profiler_passes_started_early_with_nothing_to_profile_leave_the_locks(tmp_path,
+                                                                              test_ops,
+                                                                              monkeypatch):
+    """Started early with --gpus and every pass skipped (or carried over): nothing runs,
+    nothing raises, and the run's locks and turn files, which the measure passes still use,
+    stay until the runner's thread removes them."""
+    from rich.progress import Progress
+
+    from harness.execute import sharing
+    from harness.execute.profiler_passes import Early
+    from harness.execute.runner import Runner
+    from harness.profilers import base
+
+    gone = _fake_profiler("goneprof")
+    gone.availability = lambda self: base.Availability(False, "not installed")
+    monkeypatch.setitem(base._REGISTRY, "goneprof", gone)
+    run, ids = _run_dir(tmp_path, ["zeros"])
+    r = Runner(run, Console(file=open(os.devnull, "w")), GpuExecutor([0, 1]))
+    r.profile_cases = lambda which: ids
+    turn = sharing.turn_file(run, "time_p2.gpu0")  # a measure pass's, still waited on
+    with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
+        r.profile_passes(progress, [("goneprof", SimpleNamespace(cases="all", timeout_s=60))],
+                         Early())
+    assert r.passes["goneprof"].startswith("skipped"), r.passes
+    assert turn.parent.exists()

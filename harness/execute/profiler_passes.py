@@ -42,6 +42,7 @@ class Early:
         self.planned = threading.Event()  # the run's tables are the runner thread's again
         self.error: BaseException | None = None
         self.thread: threading.Thread | None = None
+        self.cleared = False              # the run's locks removed (the runner's thread)
         self._lock = threading.Lock()
         self._done: set = set()           # GPUs whose shard of the measure passes has ended
         self._gates: dict = {}
@@ -97,10 +98,9 @@ class ProfilerPasses:
             return
         from harness.store.results import consolidate
 
-        early = Early()
+        early = self._early = Early()
         for gpu in list(getattr(self, "_measured_gpus", ())):  # shards already over (--gpus)
             early.shard_done(gpu)
-        self._early = early
 
         def main() -> None:
             try:
@@ -121,12 +121,16 @@ class ProfilerPasses:
             self._early.planned.wait()
 
     def stop_early(self) -> None:
-        """Kill the early profiler processes (a measure pass failed or was interrupted)."""
+        """Kill the early profiler processes (a measure pass failed or was interrupted) and
+        remove the run's locks and turn files (the runner's thread does, once nothing of the
+        run waits on them)."""
         early = self._early
-        if early is not None and early.thread is not None and early.thread.is_alive():
-            early.stop.set()
-            early.thread.join()
-            sharing.clear(self.run_dir)
+        if early is None or early.thread is None or early.cleared:
+            return
+        early.stop.set()
+        early.thread.join()
+        sharing.clear(self.run_dir)
+        early.cleared = True
 
     def _finish_early(self) -> None:
         """The early processes' turn (the measure passes are over): wait for their passes."""
@@ -139,6 +143,10 @@ class ProfilerPasses:
             early.stop.set()
             early.thread.join()
             raise Interrupted() from None
+        finally:
+            if not early.thread.is_alive():
+                sharing.clear(self.run_dir)
+                early.cleared = True
         if early.error is not None:
             raise early.error
 
@@ -200,6 +208,8 @@ class ProfilerPasses:
         each pass leaving a GPU idle through its start-up and its tail. `early`: every
         process, a GPU's first too, starts now and waits for its GPU's gate (start_early)."""
         passes = [p for p in (self._plan_pass(progress, name, opts) for name, opts in todo) if p]
+        if not passes:  # all skipped or carried over
+            return
         gpus = self.executor.profiler_gpus()
         if len(passes) > 1 and len(gpus) > 1 or early is not None and len(gpus) > 1:
             started = time.monotonic()
@@ -222,8 +232,7 @@ class ProfilerPasses:
             p.shards = self._profile_shards(p.name, p.cases)
         if early is not None:
             early.planned.set()
-        if passes and (early is not None or len(passes) > 1
-                       and all(len(p.shards) == 1 for p in passes)):
+        if early is not None or len(passes) > 1 and all(len(p.shards) == 1 for p in passes):
             self._run_in_turn(passes, early)
             return
         for p in passes:
@@ -241,7 +250,7 @@ class ProfilerPasses:
         waiting process runs on the GPU while ncu replays a kernel or nsys traces a range.
         A pass's report is exported while the next pass runs (_in_turn, as a GPU's processes
         with --gpus). `early`: the first process waits too, for the GPU's gate (start_early)."""
-        stop = early.stop if early is not None else threading.Event()
+        stop = _Stop(early.stop if early is not None else None)
         try:
             self._in_turn([(p, 0) for p in passes], stop,
                           after=lambda p, i: self._export([p]),
@@ -249,8 +258,9 @@ class ProfilerPasses:
         except KeyboardInterrupt:
             raise Interrupted() from None
         finally:
-            sharing.clear(self.run_dir)
-        if stop.is_set():
+            if early is None:  # else the runner's thread, once the measure passes are over
+                sharing.clear(self.run_dir)
+        if early is not None and early.stop.is_set():
             raise Interrupted()
         for p in passes:
             self._merge_pass(p, early=early is not None)
@@ -332,8 +342,8 @@ class ProfilerPasses:
             for i, (gpu, _ids, _out) in enumerate(p.shards):
                 by_gpu.setdefault(gpu, []).append((p, i))
 
-        # Ctrl-C: every lane's process group is killed
-        stop = early.stop if early is not None else threading.Event()
+        # Ctrl-C or a lane's fault: every lane's process group is killed
+        stop = _Stop(early.stop if early is not None else None)
 
         def one(p: _Pass, i: int) -> None:
             self._one_process(p, i, stop)
@@ -355,8 +365,9 @@ class ProfilerPasses:
             run_threads([threading.Thread(target=lane, args=(jobs,), daemon=True)
                          for jobs in lanes], stop)
         finally:
-            sharing.clear(self.run_dir)
-        if early is not None and stop.is_set():
+            if early is None:  # else the runner's thread, once the measure passes are over
+                sharing.clear(self.run_dir)
+        if early is not None and early.stop.is_set():
             raise Interrupted()
 
     def _in_turn(self, jobs: list[tuple["_Pass", int]], stop: threading.Event,
@@ -506,9 +517,10 @@ class ProfilerPasses:
                             else pd.DataFrame(columns=store.METRIC_COLUMNS))
         for name, parts in tables.items():
             store.write_table(self.run_dir, name, pd.concat(parts, ignore_index=True))
-        self.manifest = store.update_manifest(
-            self.run_dir, profiler_wall_s={**self.manifest.get("profiler_wall_s", {}),
-                                           prof_name: timing})
+        with store.MANIFEST_LOCK:  # read afresh: the runner's other thread writes it too
+            walls = store.load_manifest(self.run_dir).get("profiler_wall_s", {})
+            self.manifest = store.update_manifest(
+                self.run_dir, profiler_wall_s={**walls, prof_name: timing})
         failed = [st for st in states if st.startswith("failed")]
         state = failed[0] if failed else (states[0] if states else "done")
         if carry is not None and state == "done":
@@ -589,6 +601,21 @@ class ProfilerPasses:
         frames = [f for f in (old, df) if len(f)]
         merged = pd.concat(frames, ignore_index=True) if frames else df
         store.write_table(self.run_dir, "metrics", merged)
+
+
+class _Stop:
+    """A stop signal for one call's processes: set by its own fault or Ctrl-C (`set`), or by
+    the run's (`outer`: Early.stop, the measure passes failed); only the latter is the run
+    being stopped."""
+
+    def __init__(self, outer: threading.Event | None) -> None:
+        self.outer, self.own = outer, threading.Event()
+
+    def is_set(self) -> bool:
+        return self.own.is_set() or (self.outer is not None and self.outer.is_set())
+
+    def set(self) -> None:
+        self.own.set()
 
 
 class _Pass:

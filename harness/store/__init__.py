@@ -34,7 +34,7 @@ import pandas as pd
 
 from harness.errors import StoreError
 
-_MANIFEST_LOCK = threading.RLock()  # update_manifest: one read-change-write at a time
+MANIFEST_LOCK = threading.RLock()  # update_manifest: one read-change-write at a time
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -135,7 +135,7 @@ def write_manifest(run_dir: Path, manifest: dict) -> None:
 def update_manifest(run_dir: Path, **changes) -> dict:
     """Read, change and write the manifest, one thread of this process at a time (the runner
     plans its profiler passes in a thread while its measure passes end)."""
-    with _MANIFEST_LOCK:
+    with MANIFEST_LOCK:
         m = load_manifest(run_dir)
         m.update(changes)
         write_manifest(run_dir, m)
