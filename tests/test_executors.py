@@ -775,7 +775,7 @@ def test_the_runner_starts_the_profilers_once_every_case_has_its_first_timing(
     run, ids = _run_dir(tmp_path, ["zeros", "nan"], extra={"processes": 2})
     seen = []
 
-    def start_early(self, progress):
+    def start_early(self, progress, early):
         seen.append({"time": {r["case_id"] for r in store.read_parts(run, "time")},
                      "check": {r["case_id"] for r in store.read_parts(run, "check")},
                      "p2": len(store.read_parts(run, "time_p2")), "at": time.time()})

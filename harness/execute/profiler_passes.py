@@ -5,9 +5,8 @@ extra tables. On one GPU the passes run one after the other; with --gpus they sh
 every pass's cases are dealt onto them together, an implementation's cases of one pass in one
 process (ncu on one GPU while nsys runs on another), a GPU running its processes in turn. Either
 way a GPU's later processes start with its first and load their cases while it runs. On the GPU
-runs of the local and --gpus executors every profiler process starts before the measure passes
-end (`start_early`: once every case has its first timing, while the time pass's later process
-times) and waits; its cases load and its turn comes when they have ended.
+runs of the local and --gpus executors the processes start before the measure passes end and
+wait for them (harness.execute.profiler_early).
 """
 from __future__ import annotations
 
@@ -28,127 +27,12 @@ from harness.execute.executors.process import (Interrupted, describe_rc, run_thr
 from harness.execute.executors.schedule import (PROFILE_CASE_S, PROFILE_PROCESS_S, PROFILE_SETUP_S,
                                         shard_by_impl, shard_profilers)
 from harness.execute.previous import previous_profile_s
+from harness.execute.profiler_early import Early, EarlyStart
+from harness.execute.profiler_pass import CallStop, ProfilerPass
 
-EARLY_ENV = "HARNESS_EARLY_PROFILERS"  # "0": the profiler processes start after the time pass
-
-
-class Early:
-    """Profiler passes started before the measure passes end (ProfilerPasses.start_early): a
-    thread plans them and starts their processes, which wait for their GPU's `gate`."""
-
-    def __init__(self) -> None:
-        self.go = threading.Event()       # the measure passes are over: every first turn
-        self.stop = threading.Event()     # Ctrl-C or a failed measure pass: kill them
-        self.planned = threading.Event()  # the run's tables are the runner thread's again
-        self.error: BaseException | None = None
-        self.thread: threading.Thread | None = None
-        self.cleared = False              # the run's locks removed (the runner's thread)
-        self._lock = threading.Lock()
-        self._done: set = set()           # GPUs whose shard of the measure passes has ended
-        self._gates: dict = {}
-
-    def gate(self, gpu) -> threading.Event:
-        """Set when GPU `gpu` may profile: its shard of the measure passes has ended (--gpus),
-        or all of them have (`release`)."""
-        with self._lock:
-            ev = self._gates.setdefault(gpu, threading.Event())
-            if gpu in self._done or self.go.is_set():
-                ev.set()
-            return ev
-
-    def shard_done(self, gpu) -> None:
-        with self._lock:
-            self._done.add(gpu)
-            if gpu in self._gates:
-                self._gates[gpu].set()
-
-    def release(self) -> None:
-        with self._lock:
-            self.go.set()
-            for ev in self._gates.values():
-                ev.set()
-
-
-class ProfilerPasses:
+class ProfilerPasses(EarlyStart):
     """Runner's profiler passes (needs run_dir, exp, op, device, executor, passes, pass_wall,
     manifest, plan() and _set_pass() from Runner)."""
-
-    _early: Early | None = None
-
-    def early_wanted(self) -> bool:
-        """Whether this run's profiler processes may start before its measure passes end: a
-        GPU run on this host (local or --gpus) with an ncu or nsys pass still to do."""
-        import os
-
-        prof = self.exp.profile
-        return (self.device == "cuda" and self.executor.kind in ("local", "gpus")
-                and os.environ.get(EARLY_ENV, "1") != "0"
-                and any(opts is not None and opts.enabled and not self._done(name)
-                        for name, opts in (("ncu", prof.ncu), ("nsys", prof.nsys))))
-
-    def start_early(self, progress: Progress) -> None:
-        """Plan the profiler passes and start their processes now, in a thread: called once
-        every case has its first timing (each case's status is then final), while the time
-        pass's later process times. The processes start (Python, the imports, the profiler's
-        own) and wait; when the measure passes have ended (`_profilers` in the runner's
-        thread) the first has its turn and the others load their cases meanwhile (_in_turn).
-        On an H100 ncu's process had spent ~4-5 s starting before its first case, after the
-        time pass (flash.yaml cold: run 27.3-30.3 s, its cases 23.3-25.2 s)."""
-        if self._early is not None:
-            return
-        from harness.store.results import consolidate
-
-        early = self._early = Early()
-        for gpu in list(getattr(self, "_measured_gpus", ())):  # shards already over (--gpus)
-            early.shard_done(gpu)
-
-        def main() -> None:
-            try:
-                consolidate(self.run_dir, self.op)  # the statuses the pass's cases are chosen by
-                self._profilers(progress, early)
-            except BaseException as exc:  # re-raised in the runner's thread (_finish_early)
-                early.error = exc
-            finally:
-                early.planned.set()
-
-        early.thread = threading.Thread(target=main, name="profilers-early", daemon=True)
-        early.thread.start()
-
-    def early_planned(self) -> None:
-        """Wait until the early thread has planned its passes (it reads and writes the run's
-        tables until then)."""
-        if self._early is not None:
-            self._early.planned.wait()
-
-    def stop_early(self) -> None:
-        """Kill the early profiler processes (a measure pass failed or was interrupted) and
-        remove the run's locks and turn files (the runner's thread does, once nothing of the
-        run waits on them)."""
-        early = self._early
-        if early is None or early.thread is None or early.cleared:
-            return
-        early.stop.set()
-        early.thread.join()
-        sharing.clear(self.run_dir)
-        early.cleared = True
-
-    def _finish_early(self) -> None:
-        """The early processes' turn (the measure passes are over): wait for their passes."""
-        early = self._early
-        early.release()
-        try:
-            while early.thread.is_alive():
-                early.thread.join(0.2)
-        except KeyboardInterrupt:
-            early.stop.set()
-            early.thread.join()
-            raise Interrupted() from None
-        finally:
-            if not early.thread.is_alive():
-                sharing.clear(self.run_dir)
-                early.cleared = True
-        if early.error is not None:
-            raise early.error
 
     def _profilers(self, progress: Progress, early: Early | None = None) -> None:
         if early is None and self._early is not None:
@@ -211,7 +95,7 @@ class ProfilerPasses:
         if not passes:  # all skipped or carried over
             return
         gpus = self.executor.profiler_gpus()
-        if len(passes) > 1 and len(gpus) > 1 or early is not None and len(gpus) > 1:
+        if len(gpus) > 1 and (len(passes) > 1 or early is not None):
             started = time.monotonic()
             for p, shards in zip(passes, self._joint_shards(passes, gpus) if len(passes) > 1
                                  else [self._profile_shards(p.name, p.cases) for p in passes]):
@@ -240,7 +124,7 @@ class ProfilerPasses:
             self._export([p])
             self._merge_pass(p)
 
-    def _run_in_turn(self, passes: list["_Pass"], early: Early | None = None) -> None:
+    def _run_in_turn(self, passes: list[ProfilerPass], early: Early | None = None) -> None:
         """One process per pass on one GPU, in turn, each started with the first and waiting
         for its turn (worker `--wait-for`) before it profiles: its start-up (the profiler's,
         Python's, the imports) is over by then, and so are its cases' first calls (worker
@@ -250,7 +134,7 @@ class ProfilerPasses:
         waiting process runs on the GPU while ncu replays a kernel or nsys traces a range.
         A pass's report is exported while the next pass runs (_in_turn, as a GPU's processes
         with --gpus). `early`: the first process waits too, for the GPU's gate (start_early)."""
-        stop = _Stop(early.stop if early is not None else None)
+        stop = CallStop(early.stop if early is not None else None)
         try:
             self._in_turn([(p, 0) for p in passes], stop,
                           after=lambda p, i: self._export([p]),
@@ -265,7 +149,7 @@ class ProfilerPasses:
         for p in passes:
             self._merge_pass(p, early=early is not None)
 
-    def _one_process(self, p: "_Pass", i: int, stop: threading.Event,
+    def _one_process(self, p: ProfilerPass, i: int, stop: threading.Event,
                      wait_for: Path | None = None, shared_gpu: bool = False,
                      load_after: Path | None = None, prewarm: bool = True) -> None:
         """Shard `i` of pass `p` as a profiler process pinned to its GPU (with `wait_for`, the
@@ -303,7 +187,7 @@ class ProfilerPasses:
             if wait_for is None or p.turns.get(i) is not None:  # else it ran nothing
                 p.mark()
 
-    def _plan_pass(self, progress: Progress, prof_name: str, options) -> "_Pass | None":
+    def _plan_pass(self, progress: Progress, prof_name: str, options) -> "ProfilerPass | None":
         from harness.profilers import registry
 
         prof = registry.get(prof_name)
@@ -328,24 +212,24 @@ class ProfilerPasses:
             return None
         task = progress.add_task(prof_name, total=len(cases))
         options = prof.prepare(options, store.load_cases(self.run_dir), cases)
-        p = _Pass(prof_name, prof, options, cases, progress, task)
+        p = ProfilerPass(prof_name, prof, options, cases, progress, task)
         p.record, p.carry = record, carry
         return p
 
-    def _run_processes(self, passes: list["_Pass"], early: Early | None = None) -> None:
+    def _run_processes(self, passes: list[ProfilerPass], early: Early | None = None) -> None:
         """Every shard of `passes` as a profiler process pinned to its GPU: one process at a
         time on a GPU (a GPU's later processes loading meanwhile: _in_turn), the GPUs
         side by side. Ctrl-C stops them all (Interrupted). `early`: a GPU's first process
         waits too, for its GPU's gate (start_early)."""
-        by_gpu: dict[object, list[tuple[_Pass, int]]] = {}
+        by_gpu: dict[object, list[tuple[ProfilerPass, int]]] = {}
         for p in passes:
             for i, (gpu, _ids, _out) in enumerate(p.shards):
                 by_gpu.setdefault(gpu, []).append((p, i))
 
         # Ctrl-C or a lane's fault: every lane's process group is killed
-        stop = _Stop(early.stop if early is not None else None)
+        stop = CallStop(early.stop if early is not None else None)
 
-        def one(p: _Pass, i: int) -> None:
+        def one(p: ProfilerPass, i: int) -> None:
             self._one_process(p, i, stop)
 
         lanes = list(by_gpu.values())
@@ -370,8 +254,8 @@ class ProfilerPasses:
         if early is not None and early.stop.is_set():
             raise Interrupted()
 
-    def _in_turn(self, jobs: list[tuple["_Pass", int]], stop: threading.Event,
-                 after: Callable[["_Pass", int], None] | None = None,
+    def _in_turn(self, jobs: list[tuple[ProfilerPass, int]], stop: threading.Event,
+                 after: Callable[[ProfilerPass, int], None] | None = None,
                  go: threading.Event | None = None) -> None:
         """One GPU's processes (shard i of pass p for each (p, i) of `jobs`), started together
         and run in turn, each after the first loading its cases meanwhile and waiting for its
@@ -425,7 +309,7 @@ class ProfilerPasses:
             for t in threads:
                 t.join()
 
-    def _export(self, passes: list["_Pass"]) -> None:
+    def _export(self, passes: list[ProfilerPass]) -> None:
         """Export and parse every shard's capture, side by side (each shard is an ncu or nsys
         process of its own, and reading a large report takes seconds)."""
         for p in passes:
@@ -456,7 +340,7 @@ class ProfilerPasses:
         with ThreadPoolExecutor(len(jobs)) as pool:
             list(pool.map(finish, jobs))
 
-    def _merge_pass(self, p: "_Pass", side_by_side: bool = False, early: bool = False) -> None:
+    def _merge_pass(self, p: ProfilerPass, side_by_side: bool = False, early: bool = False) -> None:
         prof_name = p.name
         ran = p.span[1] - p.span[0] if p.span else 0.0
         export_s = max((got["export_s"] for got in p.finished), default=0.0)
@@ -527,7 +411,7 @@ class ProfilerPasses:
             state = carry.state
         self._set_pass(prof_name, state)
 
-    def _joint_shards(self, passes: list["_Pass"], gpus: list) -> list[list[tuple]]:
+    def _joint_shards(self, passes: list[ProfilerPass], gpus: list) -> list[list[tuple]]:
         """Per pass, its (gpu, case ids, out dir) shards when all `passes` share the GPUs
         (schedule.shard_profilers): an implementation's cases under one pass are one unit, and
         a unit weighs the seconds its cases took under that profiler in the previous run (the
@@ -601,58 +485,6 @@ class ProfilerPasses:
         frames = [f for f in (old, df) if len(f)]
         merged = pd.concat(frames, ignore_index=True) if frames else df
         store.write_table(self.run_dir, "metrics", merged)
-
-
-class _Stop:
-    """A stop signal for one call's processes: set by its own fault or Ctrl-C (`set`), or by
-    the run's (`outer`: Early.stop, the measure passes failed); only the latter is the run
-    being stopped."""
-
-    def __init__(self, outer: threading.Event | None) -> None:
-        self.outer, self.own = outer, threading.Event()
-
-    def is_set(self) -> bool:
-        return self.own.is_set() or (self.outer is not None and self.outer.is_set())
-
-    def set(self) -> None:
-        self.own.set()
-
-
-class _Pass:
-    """One profiler pass in flight: its cases, shards, per-case seconds and process outcomes."""
-
-    def __init__(self, name: str, prof, options, cases: list[str], progress: Progress,
-                 task) -> None:
-        self.name, self.prof, self.options, self.cases = name, prof, options, cases
-        self.progress, self.task = progress, task
-        self.shards: list[tuple] = []           # (gpu, case ids, out dir) per process
-        self.outcome: dict[int, tuple[int, bool]] = {}
-        self.finished: list[dict] = []
-        self.record: dict = {}                  # execute.profile_carry.pass_record
-        self.carry = None                       # execute.profile_carry.Carry: taken over
-        self.per_case: dict[str, float] = {}    # wall time under the profiler (replays included)
-        self.span: list[float] = []             # first process start, last process end
-        self.turns: dict[int, float] = {}       # a shard started early: when its turn came
-        self._began: dict[str, float] = {}
-        self._lock = threading.Lock()
-
-    def mark(self) -> None:
-        now = time.monotonic()
-        with self._lock:
-            self.span = [min(self.span[0], now), max(self.span[1], now)] if self.span \
-                else [now, now]
-
-    def on_event(self, ev: dict) -> None:
-        if ev.get("name") == "prewarm":  # a waiting process loading its cases: not profiled
-            return
-        with self._lock:
-            if ev["event"] == "start":
-                self._began[ev["case_id"]] = time.monotonic()
-                self.progress.update(self.task, description=f"{self.name} {ev['case_id']}")
-            elif ev["event"] == "done":
-                self.per_case[ev["case_id"]] = round(
-                    time.monotonic() - self._began[ev["case_id"]], 2)
-                self.progress.advance(self.task)
 
 
 def _log_problem(prof_name: str, text: str) -> str | None:

@@ -25,6 +25,7 @@ from harness.execute.executors import Executor, from_manifest, make_executor
 from harness.execute.executors.process import Interrupted, join, kernel_caches, todo
 from harness.execute.executors.schedule import case_costs, case_timeout_s, longest_first
 from harness.execute.previous import previous_medians
+from harness.execute.profiler_early import Early
 from harness.execute.profiler_passes import ProfilerPasses
 from harness.execute.code_tree import op_for
 from harness.registry import get_op
@@ -48,7 +49,6 @@ class Runner(ProfilerPasses):
         self.op = op_for(self.manifest)
         self.device = self.manifest["device"]
         self.passes: dict[str, str] = dict(self.manifest.get("passes", {}))
-        self._measured_gpus: set = set()  # GPUs whose shard of the measure passes has ended
 
     # -- bookkeeping --------------------------------------------------------------------------
     def _set_pass(self, name: str, state: str) -> None:
@@ -85,14 +85,15 @@ class Runner(ProfilerPasses):
         t0 = time.monotonic()
         # the cases still to be timed a first time: when none is left, every case's status is
         # final and the profiler processes start, while the time pass's later process times
-        untimed = set(self._todo("time")) if self.early_wanted() else set()
+        early = Early() if self.early_wanted() else None
+        untimed = set(self._todo("time")) if early is not None else set()
 
         def on_event(ev):
             name, now = ev.get("name"), time.monotonic()
             if name == "time" and ev["event"] == "done" and untimed:
                 untimed.discard(ev.get("case_id"))
                 if not untimed:
-                    self.start_early(progress)
+                    self.start_early(progress, early)
             name = "time" if name in parts and name not in MEASURE_PASSES else name
             if name not in tasks:
                 return
@@ -112,7 +113,7 @@ class Runner(ProfilerPasses):
             except HarnessError:  # an unreadable earlier run: this one tunes, as with none
                 source = None
             self.manifest = store.update_manifest(self.run_dir, tuner_picks_from=source)
-        self.executor.on_shard_done = self._shard_done
+        self.executor.on_shard_done = early.shard_done if early is not None else None
         order, cost, limits = self.plan()
         left = set().union(*(self._todo(p) for p in parts))
         todo_ids = [c for c in order if c in left]
@@ -139,13 +140,6 @@ class Runner(ProfilerPasses):
         for p in MEASURE_PASSES:
             progress.update(tasks[p], description=p, completed=totals[p])
             self._set_pass(p, "done")
-
-    def _shard_done(self, gpu) -> None:
-        """A GPU's shard of the measure passes has ended (--gpus): its profiler processes,
-        started early, may profile while the other GPUs still measure."""
-        self._measured_gpus.add(gpu)
-        if self._early is not None:
-            self._early.shard_done(gpu)
 
     def compile_ahead(self, progress: Progress, check_ids: list[str],
                       limits: dict[str, float]) -> None:

@@ -288,8 +288,7 @@ class Worker:
         untimed call of each case first (`prewarm`); `wait_for`: then wait for that file, whose
         JSON list of case ids replaces `only` (the time pass's later process, started while
         the first one checks: harness.execute.executors.process.run_shard); `load_after`:
-        wait for that file before the prewarm (a profiler process started while the time
-        pass times: its calls would hold the timing off). `claims` (a
+        that file first (a profiler process started while the time pass times). `claims` (a
         folder with units.json, {case: class}): a case is done only if its class is this
         worker's or can be claimed for it (compile-ahead's work stealing: sharing.Claims)."""
         from harness import store, tuning

@@ -12,7 +12,7 @@ class Executor:
 
     kind = "local"
     # called with a GPU's number once its shard of the measure passes has ended (--gpus: the
-    # runner lets that GPU's profiler processes start profiling; ProfilerPasses.start_early)
+    # runner lets that GPU's profiler processes start profiling: profiler_early.Early.gate)
     on_shard_done: Callable[[int | None], None] | None = None
 
     def describe(self) -> dict:
