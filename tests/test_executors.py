@@ -519,6 +519,9 @@ def test_profiler_passes_share_the_gpus_side_by_side(tmp_path, test_ops, monkeyp
     wall = store.load_manifest(run)["profiler_wall_s"]
     assert wall["slowprof"]["side_by_side"] and wall["fastprof"]["side_by_side"]
     assert sorted(wall["fastprof"]["per_case_s"]) == sorted(ids)
+    for rec in (wall["slowprof"], wall["fastprof"]):  # the span's parts besides the cases
+        assert 0 <= rec["to_first_case_s"] <= rec["run_s"] and 0 <= rec["after_last_s"]
+        assert rec["to_first_case_s"] + sum(rec["per_case_s"].values()) <= rec["run_s"] + 0.1
     assert r.pass_wall["slowprof+fastprof"] >= max(r.pass_wall["slowprof"],
                                                    r.pass_wall["fastprof"]) - 0.05
     assert "ncu+nsys 3.0 s" in wall_line({"ncu": 2.0, "nsys": 2.5, "ncu+nsys": 3.0, "total": 9})

@@ -39,6 +39,7 @@ class ProfilerPass:
         self.span: list[float] = []             # first process start, last process end
         self.turns: dict[int, float] = {}       # a shard started early: when its turn came
         self._began: dict[str, float] = {}
+        self.edges: dict[str, float] = {}       # first case started, last case done, prewarm
         self._lock = threading.Lock()
 
     def mark(self) -> None:
@@ -48,13 +49,33 @@ class ProfilerPass:
                 else [now, now]
 
     def on_event(self, ev: dict) -> None:
+        now = time.monotonic()
         if ev.get("name") == "prewarm":  # a waiting process loading its cases: not profiled
+            if ev.get("event") == "done":
+                self.edges["prewarm_done"] = now
             return
         with self._lock:
             if ev["event"] == "start":
-                self._began[ev["case_id"]] = time.monotonic()
+                self.edges.setdefault("first_start", now)
+                self._began[ev["case_id"]] = now
                 self.progress.update(self.task, description=f"{self.name} {ev['case_id']}")
             elif ev["event"] == "done":
-                self.per_case[ev["case_id"]] = round(
-                    time.monotonic() - self._began[ev["case_id"]], 2)
+                self.edges["last_done"] = now
+                self.per_case[ev["case_id"]] = round(now - self._began[ev["case_id"]], 2)
                 self.progress.advance(self.task)
+
+    def phases(self) -> dict[str, float]:
+        """Where the span went besides the cases (seconds): `to_first_case_s`, from the turn
+        (the span's start) to the first case (loading what the prewarm had not); `after_last_s`,
+        from the last case to the process's end (the profiler writing its report);
+        `prewarm_end_s`, when the prewarm's last call ended, from the turn (negative: before
+        it). Only what was seen."""
+        if not self.span:
+            return {}
+        t0, t1, e = self.span[0], self.span[1], self.edges
+        out = {"to_first_case_s": e.get("first_start", t1) - t0}
+        if "last_done" in e:
+            out["after_last_s"] = t1 - e["last_done"]
+        if "prewarm_done" in e:
+            out["prewarm_end_s"] = e["prewarm_done"] - t0
+        return {k: round(v, 2) for k, v in out.items()}

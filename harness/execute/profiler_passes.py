@@ -375,7 +375,7 @@ class ProfilerPasses(EarlyStart):
                 states.append(f"done (source lines failed: {type(exc).__name__}: {exc})")
         timing = {**p.record, "wall_s": round(wall, 2), "run_s": round(ran, 2),
                   "export_s": round(export_s, 2), "cases": len(p.cases),
-                  "per_case_s": p.per_case}
+                  **p.phases(), "per_case_s": p.per_case}
         if len(p.shards) > 1 or side_by_side:
             timing["gpus"] = {str(g): len(ids) for g, ids, _ in p.shards}
         if side_by_side:
