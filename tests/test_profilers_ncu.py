@@ -176,7 +176,32 @@ def test_command_is_an_argv_with_safe_clock_and_nvtx_filter(tmp_path):
     assert argv[argv.index("--nvtx-include") + 1] == "regex:harness@.+/"
     assert argv[argv.index("--cache-control") + 1] == "all"
     assert argv[-4:] == ["python", "-m", "harness", "worker"]
-    assert argv.count("--section") == len(NcuOptions().sections)
+    assert argv.count("--section") == len(NcuOptions().sections) == 0  # --metrics has them all
+    metrics = argv[argv.index("--metrics") + 1].split(",")
+    from harness.profilers import metrics as M
+
+    assert all(raw in metrics for raw, _, _ in M.NCU_METRICS.values())
+
+
+def test_source_lines_ask_for_pc_sampling_not_the_whole_section(tmp_path, monkeypatch):
+    from harness.profilers.ncu import SOURCE_ENV, SOURCE_SAMPLING
+
+    monkeypatch.delenv(SOURCE_ENV, raising=False)
+    on = NcuOptions(source_lines=True)
+    argv = Ncu().command(["python"], tmp_path, on)
+    metrics = argv[argv.index("--metrics") + 1].split(",")
+    assert set(SOURCE_SAMPLING) <= set(metrics) and "--section" not in argv
+    assert argv[argv.index("--import-source") + 1] == "yes"
+    # named in the YAML, or asked for by environment: the whole section, once
+    for opts in (NcuOptions(source_lines=True, sections=["SourceCounters"]), on):
+        if opts is on:
+            monkeypatch.setenv(SOURCE_ENV, "section")
+        argv = Ncu().command(["python"], tmp_path, opts)
+        assert argv.count("SourceCounters") == 1
+        assert not set(SOURCE_SAMPLING) & set(argv[argv.index("--metrics") + 1].split(","))
+    off = Ncu().command(["python"], tmp_path, NcuOptions(source_lines=False))
+    assert "--import-source" not in off
+    assert not set(SOURCE_SAMPLING) & set(off[off.index("--metrics") + 1].split(","))
 
 
 def test_log_problems():

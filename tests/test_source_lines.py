@@ -152,9 +152,10 @@ def test_option_auto_is_on_for_triton_cases_only(tmp_path):
     assert on.source_lines is True
     argv = ncu.command(["w"], tmp_path, on)
     assert argv[argv.index("--import-source") + 1] == "yes"
-    assert argv.count("SourceCounters") == 1
+    assert "smsp__pcsamp_sample_count" in argv[argv.index("--metrics") + 1].split(",")
     off = ncu.prepare(NcuOptions(), cases, ["torch.M=1.N=1.float16"])
-    assert off.source_lines is False and "SourceCounters" not in ncu.command(["w"], tmp_path, off)
+    assert off.source_lines is False
+    assert "--import-source" not in ncu.command(["w"], tmp_path, off)
     forced = ncu.prepare(NcuOptions(source_lines=False), cases, list(cases.case_id))
     assert forced.source_lines is False
     assert "--import-source" not in ncu.command(["w"], tmp_path, forced)
@@ -187,7 +188,7 @@ def test_extra_tables_csv_fallback_without_ncu_report(tmp_path, monkeypatch):
     shutil.copy(FIX / "src_softmax.ncu-rep", tmp_path / "report.ncu-rep")
     shutil.copy(FIX.parent / "ncu" / "sections_only_softmax_raw.csv", tmp_path / "raw.csv")
 
-    def no_module(_path):
+    def no_module(_path, _raw_cases=None):
         raise ImportError("ncu_report not found")
 
     calls = []
@@ -298,3 +299,36 @@ def test_samples_without_line_info_make_no_rows():
     rows = S._rows("c", "k", lines, 100.0)
     assert [(r["file"], r["line"], r["share"]) for r in rows] == [("/k/flash_fwd.py", 55, 0.1)]
     assert S._rows("c", "cudnn_kernel", {("", 0): lines[("", 0)]}, 90.0) == []
+
+
+def test_backward_kernels_take_their_case_from_the_raw_page(tmp_path):
+    """A backward's kernels run on autograd's thread: the report's per-thread NVTX state holds no
+    case range for them (every flash_bwd run until 2026-11-27 stored its source lines with an
+    empty case id). The raw page's process-scoped NVTX column names the case; the report's
+    results are in its order. Captured with the PC-sampling metrics, not the whole section."""
+    import lzma
+
+    rep = tmp_path / "src_flash_bwd.ncu-rep"
+    rep.write_bytes(lzma.decompress((FIX / "src_flash_bwd.ncu-rep.xz").read_bytes()))
+    (tmp_path / "raw.csv").write_bytes((FIX / "src_flash_bwd_raw.csv").read_bytes())
+    case = "triton_flash.B=16.H=16.N=1024.D=64.causal=false.mode=bwd.float16"
+    assert set(S.parse_report_lines(rep).case_id) == {""}  # the report alone
+    from harness.profilers.ncu import Ncu
+
+    raw_cases = Ncu._raw_cases(tmp_path)
+    assert raw_cases == [case] * 3
+    df = S.parse_report_lines(rep, raw_cases)
+    assert set(df.case_id) == {case}
+    assert set(df.kernel) == {"_bwd_preprocess", "_bwd_dkdv_tma_kernel", "_bwd_dq_tma_kernel"}
+    assert df.samples.sum() == 32301 + 19267 + 2983
+    # and through the profiler's own path (the report in raw/ncu/, the raw page beside it)
+    rep.rename(tmp_path / "report.ncu-rep")
+    ncu = Ncu()
+    ncu.source_lines = True
+    got = ncu.extra_tables(tmp_path)["source_lines"]
+    assert set(got.case_id) == {case} and len(got) == len(df)
+    from harness.profilers import metrics as M
+
+    top = df.sort_values("samples").iloc[-1]
+    assert "/kernels/attention/flash_" in top.file and top.line > 0  # a Python line of ours
+    assert set(json.loads(top.stall_mix)) <= set(M.STALL_REASONS) | {"warpgroup_arrive"}

@@ -8,7 +8,7 @@ rd = data.selected_run()
 st.caption(rd.title)
 lines = source_data.source_lines(rd.path)
 if lines.empty:
-    st.info("This run has no source lines: ncu's SourceCounters section was not collected "
+    st.info("This run has no source lines: ncu's PC samples were not collected "
             "(profile.ncu.source_lines is on by default for Triton impls; `harness import` a "
             ".ncu-rep made with `--section SourceCounters --import-source yes`).")
     st.stop()

@@ -48,10 +48,13 @@ NCU_SECTIONS = (
     "SpeedOfLight_HierarchicalSingleRooflineChart", "SpeedOfLight_HierarchicalTensorRooflineChart",
     "SpeedOfLight_RooflineChart", "WarpStateStats", "WorkloadDistribution",
 )
-DEFAULT_NCU_SECTIONS = [
-    "SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats", "MemoryWorkloadAnalysis",
-    "ComputeWorkloadAnalysis", "SchedulerStats",
-]
+# None by default: every canonical metric is asked for by name (profilers.metrics, --metrics),
+# and a section adds only what the harness never reads (for the Nsight Compute UI) at a cost:
+# on an H100, flash_bwd.yaml's six ncu cases took 26 replay passes per kernel and 41.9 s with
+# the seven sections this list held until 2026-11-27, 23 passes and 36.5 s without them, every
+# canonical value the same within 0.2 % (median; 1248 values). Name sections in the YAML to
+# keep them in the report.
+DEFAULT_NCU_SECTIONS: list[str] = []
 
 Scalar = Union[bool, int, float, str]
 
@@ -98,8 +101,8 @@ class NcuOptions(_Strict):
     cases: Union[Literal["first", "all"], list[str]] = "first"
     timeout_s: float = Field(1800, gt=0)
     source_lines: Union[Literal["auto"], bool] = Field(
-        "auto", description="warp-stall samples per source line (SourceCounters section, "
-        "+0.3-1.9 s per profiled case on an H200); auto = on when a profiled case is a Triton impl")
+        "auto", description="warp-stall samples per source line (ncu's PC sampling, one more "
+        "replay pass per kernel); auto = on when a profiled case is a Triton impl")
 
     @field_validator("sections")
     @classmethod

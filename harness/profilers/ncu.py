@@ -6,9 +6,10 @@
     ncu --import raw/ncu/report.ncu-rep --csv --page raw --print-units base   > raw.csv
     ncu --import raw/ncu/report.ncu-rep --csv --page details --print-units base > details.csv
 
-With `source_lines` on (the default when a profiled case is a Triton impl), the pass adds
-`--section SourceCounters --import-source yes` and the lines come out of the report
-(profilers/ncu_source.py) into the store's `source_lines` table.
+With `source_lines` on (the default when a profiled case is a Triton impl), the pass adds the
+PC-sampling metrics of the SourceCounters section (SOURCE_SAMPLING) and `--import-source yes`,
+and the lines come out of the report (profilers/ncu_source.py) into the store's `source_lines`
+table.
 
 `--clock-control none` always: never change the card's clocks (shared GPUs); the clocks the
 kernels ran at are recorded as sm_clock_hz. The .ncu-rep stays for the Nsight Compute UI.
@@ -32,6 +33,13 @@ from harness.profilers.ncu_parse import _Kernels, nvtx_case, parse_raw_csv, read
 from harness.profilers.ncu_source import SECTION as SOURCE_SECTION
 from harness.profilers.ncu_source import parse_report_lines, parse_source_csv
 
+# What the source_lines table reads (profilers/ncu_source.py): the PC-sampled warp states per
+# SASS instruction, without the rest of the SourceCounters section (its instruction counts and
+# memory sectors per instruction patch the kernel's SASS: 3 more replay passes and most of the
+# section's cost, 11 of flash_bwd.yaml's 34 s of ncu on an H100). HARNESS_NCU_SOURCE=section
+# collects the whole section, as `sections: [SourceCounters]` in the YAML does.
+SOURCE_SAMPLING = ("group:smsp__pcsamp_warp_stall_reasons", "smsp__pcsamp_sample_count")
+SOURCE_ENV = "HARNESS_NCU_SOURCE"
 NVTX_INCLUDE = "regex:harness@.+/"
 REPORT = "report"
 PERM_ERROR = "ERR_NVGPUCTRPERM"
@@ -79,11 +87,16 @@ class Ncu(Profiler):
         for s in options.sections:
             argv += ["--section", s]
         self.source_lines = options.source_lines is True  # "auto" is settled by prepare()
+        extra = set(M.extra_ncu_metrics()) | set(options.metrics)
         if self.source_lines:  # PC-sampled stalls per SASS instruction -> source lines
-            if SOURCE_SECTION not in options.sections:
+            if SOURCE_SECTION in options.sections:
+                pass  # the whole section, asked for by name
+            elif os.environ.get(SOURCE_ENV) == "section":
                 argv += ["--section", SOURCE_SECTION]
+            else:  # only what the source_lines table reads of it (see SOURCE_SAMPLING)
+                extra |= set(SOURCE_SAMPLING)
             argv += ["--import-source", "yes"]
-        extra = sorted(set(M.extra_ncu_metrics()) | set(options.metrics))
+        extra = sorted(extra)
         argv += ["--metrics", ",".join(extra), "--disable-extra-suffixes",
                  "--cache-control", "all", "--clock-control", "none",
                  "--target-processes", "all", "--replay-mode", "kernel",
@@ -130,10 +143,22 @@ class Ncu(Profiler):
         if not getattr(self, "source_lines", False) or not rep.exists():
             return {}
         try:
-            return {"source_lines": parse_report_lines(rep)}
+            return {"source_lines": parse_report_lines(rep, self._raw_cases(Path(out_dir)))}
         except ImportError:
             pass
         return {"source_lines": self._source_lines_from_csv(Path(out_dir), rep)}
+
+    @staticmethod
+    def _raw_cases(out_dir: Path) -> list[str]:
+        """The case of each result of the report, in order, as the raw page names it (its
+        NVTX column holds the process-wide ranges: a kernel launched by autograd's own thread
+        is in its case's range there, not in the report's per-thread NVTX state)."""
+        path = out_dir / "raw.csv"
+        if not path.exists():
+            return []
+        header, _, rows = read_raw_rows(path.read_text())
+        col = next((h for h in header if h.startswith("thread Domain:")), None)
+        return [(nvtx_case(r.get(col, "")) if col else None) or "" for r in rows]
 
     def _source_lines_from_csv(self, out_dir: Path, rep: Path) -> pd.DataFrame:
         """One `--page source` export of all results; its kernels, in order, are the raw page's
@@ -147,9 +172,7 @@ class Ncu(Profiler):
             raise ProfilerFailed(f"ncu --import --page source exited {proc.returncode}; "
                                  f"see {out_dir}/export.log")
         df = parse_source_csv(path.read_text())
-        _, _, rows = read_raw_rows((out_dir / "raw.csv").read_text())
-        col = next((h for h in (rows[0] if rows else {}) if h.startswith("thread Domain:")), None)
-        cases = [(nvtx_case(r.get(col, "")) if col else None) or "" for r in rows]
+        cases = self._raw_cases(out_dir)
         kernels = list(dict.fromkeys(df.kernel))
         if len(kernels) == len(cases):  # relabel per case, as the raw page's parser does
             names = _Kernels()

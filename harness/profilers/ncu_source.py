@@ -106,18 +106,23 @@ def _per_pc(metric) -> dict[int, float]:
     return {ids.as_uint64(i): float(metric.as_uint64(i)) for i in range(metric.num_instances())}
 
 
-def parse_report_lines(path: str | Path) -> pd.DataFrame:
-    """Source lines of every kernel in a .ncu-rep collected with SourceCounters (kernels without
-    PC samples give no rows)."""
+def parse_report_lines(path: str | Path, raw_cases: list[str] | None = None) -> pd.DataFrame:
+    """Source lines of every kernel in a .ncu-rep collected with PC sampling (SourceCounters;
+    kernels without PC samples give no rows). `raw_cases`: each result's case as the raw page
+    names it, in order, for a kernel whose own NVTX state has no case range (one launched by
+    another thread of the process: autograd's, in a backward)."""
     ncu_report = load_ncu_report_module()
     ctx = ncu_report.load_report(str(path))
     names = _Kernels()
     rows: list[dict] = []
+    k = -1
     for ri in range(ctx.num_ranges()):
         rng = ctx.range_by_idx(ri)
         for ai in range(rng.num_actions()):
             a = rng.action_by_idx(ai)
-            case_id = _action_case(a)
+            k += 1
+            case_id = _action_case(a) or (raw_cases[k] if raw_cases and k < len(raw_cases)
+                                          else "")
             kernel = names.label(case_id, a.name())  # same labels as ncu_parse.parse_report
             present = set(a.metric_names())
             if SAMPLES not in present or a[SAMPLES].num_instances() == 0:
