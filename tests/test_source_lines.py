@@ -332,3 +332,34 @@ def test_backward_kernels_take_their_case_from_the_raw_page(tmp_path):
     top = df.sort_values("samples").iloc[-1]
     assert "/kernels/attention/flash_" in top.file and top.line > 0  # a Python line of ours
     assert set(json.loads(top.stall_mix)) <= set(M.STALL_REASONS) | {"warpgroup_arrive"}
+
+
+def test_older_backward_runs_source_lines_get_their_case_on_load(tmp_path):
+    """A committed flash_bwd run stored its source lines without a case (before the raw-page
+    fix): loading them gives each kernel the one ncu case whose metrics hold it; a kernel two
+    cases share stays without one."""
+    import shutil
+
+    import pandas as pd
+
+    from harness import store
+
+    run = Path(__file__).parent.parent / "runs/examples/20261126T144958Z-flash-attention-bwd-a7f6"
+    stored = pd.read_parquet(run / "source_lines.parquet")
+    assert set(stored.case_id) == {""}
+    lines = store.load_source_lines(run)
+    ncu = store.load_metrics(run)
+    ncu = ncu[ncu.source == "ncu"]
+    assert "" not in set(lines.case_id) and len(lines) == len(stored)
+    for (case, kernel), _ in lines.groupby(["case_id", "kernel"]):
+        assert ((ncu.case_id == case) & (ncu.kernel == kernel)).any(), (case, kernel)
+    assert set(lines[lines.kernel == "_flash_bwd_gluon_kernel"].case_id) == {
+        "triton_flash.B=4.H=16.N=4096.D=128.causal=false.mode=bwd.float16"}
+    copy = tmp_path / run.name
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns("raw"))
+    m = store.load_metrics(copy)
+    twin = m[(m.source == "ncu") & (m.kernel == "_bwd_preprocess")].assign(case_id="other")
+    store.write_table(copy, "metrics", pd.concat([m, twin], ignore_index=True))
+    again = store.load_source_lines(copy)
+    assert set(again[again.kernel == "_bwd_preprocess"].case_id) == {""}
+    assert "" not in set(again[again.kernel != "_bwd_preprocess"].case_id)
