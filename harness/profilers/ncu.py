@@ -34,10 +34,11 @@ from harness.profilers.ncu_source import SECTION as SOURCE_SECTION
 from harness.profilers.ncu_source import parse_report_lines, parse_source_csv
 
 # What the source_lines table reads (profilers/ncu_source.py): the PC-sampled warp states per
-# SASS instruction, without the rest of the SourceCounters section (its instruction counts and
-# memory sectors per instruction patch the kernel's SASS: 3 more replay passes and most of the
-# section's cost, 11 of flash_bwd.yaml's 34 s of ncu on an H100). HARNESS_NCU_SOURCE=section
-# collects the whole section, as `sections: [SourceCounters]` in the YAML does.
+# SASS instruction, without the rest of the SourceCounters section (its per-instruction
+# execution and memory counts, for every kernel of a profiled case: 2 more replay passes per
+# kernel; flash_bwd.yaml's six ncu cases on an H100 ran 35.7 s with the whole section, 28.4 s
+# with its sampling alone). HARNESS_NCU_SOURCE=section collects the whole section, as
+# `sections: [SourceCounters]` in the YAML does.
 SOURCE_SAMPLING = ("group:smsp__pcsamp_warp_stall_reasons", "smsp__pcsamp_sample_count")
 SOURCE_ENV = "HARNESS_NCU_SOURCE"
 NVTX_INCLUDE = "regex:harness@.+/"
