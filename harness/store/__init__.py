@@ -379,16 +379,13 @@ def tree_dir(root: str | Path, name: str, sha: str) -> Path:
 
 def load_source_lines(run_dir) -> pd.DataFrame:
     """case_id, kernel, file, line, text, samples, share, stall_mix (JSON), library; most
-    sampled lines first per kernel (empty when no pass collected PC samples). Lines stored
-    without a case (a backward's kernels, launched by autograd's thread, before 2026-11-27)
-    take the one ncu case whose metrics hold their kernel, where exactly one does."""
+    sampled lines first per kernel. A line stored without a case (a backward's kernel, before
+    2026-11-27) takes the one ncu case whose metrics hold its kernel, where exactly one does."""
     df = _load_table(run_dir, "source_lines")
-    if len(df) and (df.case_id == "").any():
-        m = _load_table(run_dir, "metrics")
-        m = m[(m.source == "ncu") & (m.case_id != "")]
-        owners = m.groupby("kernel").case_id.unique()
-        one = {k: cs[0] for k, cs in owners.items() if len(cs) == 1}
-        blank = df.case_id == ""
+    blank = df.case_id == ""
+    if blank.any():
+        m = _load_table(run_dir, "metrics").query("source == 'ncu' and case_id != ''")
+        one = {k: c[0] for k, c in m.groupby("kernel").case_id.unique().items() if len(c) == 1}
         df.loc[blank, "case_id"] = df.loc[blank, "kernel"].map(one).fillna("")
     return df
 
