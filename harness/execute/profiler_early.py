@@ -19,7 +19,7 @@ import threading
 from rich.progress import Progress
 
 from harness.execute import sharing
-from harness.execute.executors.process import Interrupted
+from harness.execute.executors.process import Interrupted, join
 
 EARLY_ENV = "HARNESS_EARLY_PROFILERS"  # "0": the profiler processes start after the time pass
 
@@ -124,8 +124,7 @@ class EarlyStart:
         early = self._early
         early.release()
         try:
-            while early.thread.is_alive():
-                early.thread.join(0.2)
+            join(early.thread)
         except KeyboardInterrupt:
             self.stop_early()
             raise Interrupted() from None

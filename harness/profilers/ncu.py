@@ -29,7 +29,8 @@ import pandas as pd
 from harness.profilers import metrics as M
 from harness.profilers.base import (Availability, Profiler, ProfilerFailed, empty_metrics,
                                     register, run_logged)
-from harness.profilers.ncu_parse import _Kernels, nvtx_case, parse_raw_csv, read_raw_rows
+from harness.profilers.ncu_parse import (_Kernels, _nvtx_col, nvtx_case, parse_raw_csv,
+                                        read_raw_rows)
 from harness.profilers.ncu_source import SECTION as SOURCE_SECTION
 from harness.profilers.ncu_source import parse_report_lines, parse_source_csv
 
@@ -90,11 +91,10 @@ class Ncu(Profiler):
         self.source_lines = options.source_lines is True  # "auto" is settled by prepare()
         extra = set(M.extra_ncu_metrics()) | set(options.metrics)
         if self.source_lines:  # PC-sampled stalls per SASS instruction -> source lines
-            if SOURCE_SECTION in options.sections:
-                pass  # the whole section, asked for by name
-            elif os.environ.get(SOURCE_ENV) == "section":
+            named = SOURCE_SECTION in options.sections  # the whole section, already asked
+            if not named and os.environ.get(SOURCE_ENV) == "section":
                 argv += ["--section", SOURCE_SECTION]
-            else:  # only what the source_lines table reads of it (see SOURCE_SAMPLING)
+            elif not named:  # only what the source_lines table reads of it
                 extra |= set(SOURCE_SAMPLING)
             argv += ["--import-source", "yes"]
         extra = sorted(extra)
@@ -158,7 +158,7 @@ class Ncu(Profiler):
         if not path.exists():
             return []
         header, _, rows = read_raw_rows(path.read_text())
-        col = next((h for h in header if h.startswith("thread Domain:")), None)
+        col = _nvtx_col(header)
         return [(nvtx_case(r.get(col, "")) if col else None) or "" for r in rows]
 
     def _source_lines_from_csv(self, out_dir: Path, rep: Path) -> pd.DataFrame:
