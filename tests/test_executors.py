@@ -570,7 +570,7 @@ def test_profiler_pass_shards_implementations_over_gpus_and_merges(tmp_path, tes
 
 
 _TIMED_WRAP = ("import json, pathlib, subprocess, sys, time; out = pathlib.Path(sys.argv[1]); "
-               "t0 = time.time(); rc = subprocess.call(sys.argv[2:]); time.sleep(1.0); "
+               "t0 = time.time(); rc = subprocess.call(sys.argv[2:]); time.sleep(2.0); "
                "out.joinpath('times.json').write_text(json.dumps([t0, time.time()])); "
                "sys.exit(rc)")
 
@@ -580,9 +580,10 @@ def test_one_gpus_profiler_passes_start_together_and_run_in_turn(tmp_path, test_
                                                                  monkeypatch):
     """On one GPU the second pass's process starts with the first (its start-up overlaps the
     first pass), calls its cases once (`--prewarm`) and waits for its turn (`--wait-for`)
-    before its first case: it profiles nothing until the first process has ended; both
-    processes share the GPU's lock (a profiled call holds it alone); both passes land as one
-    pass after the other would."""
+    before its first case; the turn comes when the first process's cases are done (its
+    `end`), while its profiler still writes its report (here two seconds' sleep after the
+    worker). Both processes share the GPU's lock (a profiled call holds it alone); both
+    passes land as one pass after the other would."""
     from rich.progress import Progress
 
     from harness.profilers import base
@@ -603,11 +604,11 @@ def test_one_gpus_profiler_passes_start_together_and_run_in_turn(tmp_path, test_
     monkeypatch.setitem(base._REGISTRY, "secondprof", timed("secondprof"))
     r = Runner(run, Console(file=open(os.devnull, "w")))
     r.profile_cases = lambda which: ids
-    # the second pass's limit (4 s) is shorter than the first pass: it runs from its turn
+    # the second process's limit (4.5 s) is shorter than the first pass: it runs from its turn
     with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
         r.profile_passes(progress, [
             ("firstprof", SimpleNamespace(cases="all", timeout_s=120)),
-            ("secondprof", SimpleNamespace(cases="all", timeout_s=4.0))])
+            ("secondprof", SimpleNamespace(cases="all", timeout_s=4.5))])
     assert r.passes["firstprof"] == r.passes["secondprof"] == "done", r.passes
     m = store.load_metrics(run)
     assert sorted(m.source.unique()) == ["firstprof", "secondprof"]
@@ -617,18 +618,20 @@ def test_one_gpus_profiler_passes_start_together_and_run_in_turn(tmp_path, test_
     log = (run / "raw" / "secondprof" / "secondprof.log").read_text()
     assert "--prewarm --wait-for" in log and "--wait-for" not in (
         run / "raw" / "firstprof" / "firstprof.log").read_text()
-    recs = run / "parts" / "secondprof.jsonl"
     assert {rec["case_id"] for rec in store.read_parts(run, "secondprof")} == set(ids)
-    assert recs.stat().st_mtime > first[1]  # but profiled only after it
+    # profiled after the first process's last case, before that process had ended
+    done_first = (run / "parts" / "firstprof.jsonl").stat().st_mtime
+    assert done_first <= (run / "parts" / "secondprof.jsonl").stat().st_mtime < first[1]
     assert not (run / "raw" / "locks").exists()
 
 
 @pytest.mark.slow
 def test_side_by_side_processes_of_one_gpu_start_together_and_run_in_turn(tmp_path, test_ops,
                                                                          monkeypatch):
-    """With --gpus, a GPU dealt several profiler processes (ncu's, then nsys's) starts them
-    together: each after the first loads its cases (`--prewarm`) and waits for its turn
-    (`--wait-for`), as one GPU's passes do; a pass's span starts at its turn."""
+    """With --gpus, a GPU dealt several profiler processes starts them together: each after
+    the first loads its cases (`--prewarm`) and waits for its turn (`--wait-for`), which
+    comes when the one before has done its cases, as one GPU's passes do; a pass's span
+    starts at its turn."""
     from rich.progress import Progress
 
     from harness.profilers import base
@@ -646,10 +649,10 @@ def test_side_by_side_processes_of_one_gpu_start_together_and_run_in_turn(tmp_pa
     monkeypatch.setitem(base._REGISTRY, "secondprof", timed("secondprof"))
     r = Runner(run, Console(file=open(os.devnull, "w")), GpuExecutor([0, 1]))
     r.profile_cases = lambda which: ids
-    # the second process's limit (3 s) is shorter than its wait: it runs from its turn
+    # the second process's limit (4.5 s) is shorter than its wait: it runs from its turn
     with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
         passes = [r._plan_pass(progress, name, SimpleNamespace(cases="all", timeout_s=limit))
-                  for name, limit in (("firstprof", 120), ("secondprof", 3.0))]
+                  for name, limit in (("firstprof", 120), ("secondprof", 4.5))]
     for p in passes:  # both on GPU 0, one process each: one lane of two
         out = store.raw_dir(run, p.name, "gpu0")
         p.shards = [(0, ids, out)]
@@ -661,8 +664,12 @@ def test_side_by_side_processes_of_one_gpu_start_together_and_run_in_turn(tmp_pa
                                       "secondprof.log").read_text()
     assert "--wait-for" not in (run / "raw" / "firstprof" / "gpu0" / "firstprof.log").read_text()
     assert {rec["case_id"] for rec in store.read_parts(run, "secondprof")} == set(ids)
-    assert (run / "parts" / "secondprof.jsonl").stat().st_mtime > first[1]  # after its turn
-    assert passes[1].span[0] >= passes[0].span[1]  # its span: from its turn, not its start
+    # its turn: when the first's cases were done, before the first process had ended
+    done_first = (run / "parts" / "firstprof.jsonl").stat().st_mtime
+    assert done_first <= (run / "parts" / "secondprof.jsonl").stat().st_mtime < first[1]
+    assert passes[0].cases_over(0).is_set()
+    # its span: from its turn, not its start
+    assert passes[0].edges["last_done"] <= passes[1].span[0] < passes[0].span[1]
     assert passes[0].outcome[0] == passes[1].outcome[0] == (0, False)
     assert sorted(passes[1].per_case) == sorted(ids)  # its profiled cases, not its prewarm
     assert not (run / "raw" / "locks").exists()
@@ -674,8 +681,8 @@ def test_profiler_processes_started_early_load_and_wait_for_the_measure_passes(t
                                                                                monkeypatch):
     """start_early's path: every profiler process, the first pass's too, starts at once and
     does nothing until `go` (the measure passes' end): then the first profiles, the second
-    loads its cases (`--load-after`, then `--prewarm`) and takes its turn after it; the passes
-    land as they would have, their spans from the first turn."""
+    loads its cases (`--load-after`, then `--prewarm`) and takes its turn once the first has
+    done its cases; the passes land as they would have, their spans from the first turn."""
     import threading
 
     from rich.progress import Progress
@@ -720,7 +727,9 @@ def test_profiler_processes_started_early_load_and_wait_for_the_measure_passes(t
     assert "--wait-for" in first_log and "--prewarm" not in first_log
     assert "--load-after" in second_log and "--prewarm --wait-for" in second_log
     assert (run / "parts" / "firstprof.jsonl").stat().st_mtime > go_wall
-    assert (run / "parts" / "secondprof.jsonl").stat().st_mtime > first[1]  # in turn
+    # in turn: after the first's last case, before its profiler (the wrapper) had ended
+    done_first = (run / "parts" / "firstprof.jsonl").stat().st_mtime
+    assert done_first <= (run / "parts" / "secondprof.jsonl").stat().st_mtime < first[1]
     m = store.load_manifest(run)
     assert all(m["profiler_wall_s"][n]["started_early"] for n in ("firstprof", "secondprof"))
     assert sorted(store.load_metrics(run).source.unique()) == ["firstprof", "secondprof"]

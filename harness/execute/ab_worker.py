@@ -149,10 +149,12 @@ class AbWorker:
         kernel's time moves by a few % with where its buffers lie."""
         import torch
 
+        from harness.execute.correctness import TORCH_DTYPES
+
         def make(w):
             gen = torch.Generator(device=self.device)
             gen.manual_seed(timed_seed(case_id))
-            return w.op.make_inputs(params, w._torch_dtype(dtype), self.device, gen)
+            return w.op.make_inputs(params, TORCH_DTYPES[dtype], self.device, gen)
 
         made = {role: make(w) for role, w in self.sides.items()}
         if _equal(made["base"], made["head"], again=make(self.head)):

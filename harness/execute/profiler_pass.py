@@ -40,7 +40,23 @@ class ProfilerPass:
         self.turns: dict[int, float] = {}       # a shard started early: when its turn came
         self._began: dict[str, float] = {}
         self.edges: dict[str, float] = {}       # first case started, last case done, prewarm
+        self.over: dict[int, threading.Event] = {}  # a shard's process has done its cases
         self._lock = threading.Lock()
+
+    def cases_over(self, i: int) -> threading.Event:
+        """Set when shard i's process has done its last case and handed back its cached
+        memory (the worker's `end` event): its profiler may still be writing its report."""
+        with self._lock:
+            return self.over.setdefault(i, threading.Event())
+
+    def events(self, i: int):
+        """on_event for shard i's process: `end` sets cases_over(i)."""
+        def on(ev: dict) -> None:
+            if ev.get("event") == "end":
+                self.cases_over(i).set()
+            else:
+                self.on_event(ev)
+        return on
 
     def mark(self) -> None:
         now = time.monotonic()

@@ -180,7 +180,7 @@ class ProfilerPasses(EarlyStart):
         if wait_for is None:  # a waiting process's span starts at its turn (its giver marks it)
             p.mark()
         try:
-            p.outcome[i] = stream(argv, env, out_dir / f"{p.name}.log", p.on_event,
+            p.outcome[i] = stream(argv, env, out_dir / f"{p.name}.log", p.events(i),
                                   timeout=None if wait_for else limit,
                                   watchdog=expired if wait_for else stop.is_set)
         finally:
@@ -258,11 +258,10 @@ class ProfilerPasses(EarlyStart):
                  after: Callable[[ProfilerPass, int], None] | None = None,
                  go: threading.Event | None = None) -> None:
         """One GPU's processes (shard i of pass p for each (p, i) of `jobs`), started together
-        and run in turn, each after the first loading its cases meanwhile and waiting for its
-        turn, under the GPU's lock; `after(p, i)` once a process has ended and the next has
-        its turn (_run_in_turn: its export). With --gpus too: on two H100s the nsys processes
-        had started after ncu's and loaded their cases then (flash.yaml cold: ncu+nsys 36.4 s
-        for 27.1 s of ncu cases and 18.6 s of nsys cases). `go` (start_early): every process
+        and run in turn, each after the first loading its cases meanwhile, under the GPU's
+        lock; the next has its turn when a process's cases are done (its `end`: the profiler
+        writes its report meanwhile), `after(p, i)` once it has ended (_run_in_turn: its
+        export). `go` (start_early): every process
         starts now and waits; when `go` is set, the first has its turn and the others load
         their cases (not before: their calls would hold the time pass's timing off; on an
         H100 loading flash.yaml's cases beside its time pass made that pass 16 s longer)."""
@@ -294,12 +293,17 @@ class ProfilerPasses(EarlyStart):
                     for load in loads[1:]:  # the later processes load their cases now
                         sharing.give_turn(load, [])
             for k, t in enumerate(threads):
+                over = jobs[k][0].cases_over(jobs[k][1])
+                while t.is_alive() and not over.is_set() and not stop.is_set():
+                    over.wait(0.2)
+                if stop.is_set():
+                    break
+                if k + 1 < len(jobs):  # its cases done: the next takes the GPU while this
+                    give(k + 1)        # one's profiler writes its report
                 while t.is_alive() and not stop.is_set():
                     t.join(0.2)
                 if stop.is_set():
                     break
-                if k + 1 < len(jobs):
-                    give(k + 1)
                 if after is not None:
                     after(*jobs[k])
         except BaseException:  # no process is left waiting for a turn that never comes

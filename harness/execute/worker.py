@@ -104,18 +104,15 @@ class Worker:
         tuning.load_picks(store.load_tuner_picks(self.run_dir))
 
     # -- helpers -----------------------------------------------------------------------------
-    def _torch_dtype(self, name):
-        from harness.execute.correctness import TORCH_DTYPES
-
-        return TORCH_DTYPES[name]
-
     def _prepare(self, impl, params, dtype, case_id):
         """Fresh inputs, an output buffer, and the bound zero-argument call."""
         import torch
 
+        from harness.execute.correctness import TORCH_DTYPES
+
         gen = torch.Generator(device=self.device)
         gen.manual_seed(timed_seed(case_id))
-        inputs = self.op.make_inputs(params, self._torch_dtype(dtype), self.device, gen)
+        inputs = self.op.make_inputs(params, TORCH_DTYPES[dtype], self.device, gen)
         out = self.op.make_out(inputs, params) if impl.accepts_out else None
         fn = self.op.bind_impl(impl, inputs, params, out)
         nbytes = sum(t.numel() * t.element_size() for t in (*inputs, out)
@@ -169,8 +166,7 @@ class Worker:
             if self.flusher is None:
                 self.flusher = timing.Flusher("cuda", t.flush_l2)
             peak = called_ms = None
-            if not self.process:  # the first call is bench's first call too; then what
-                # was compiled, from a second call (a first one may still autotune)
+            if not self.process:  # bench's first call; what compiled from a second call
                 peak, called_ms = timing.first_call(fn, nbytes)
                 compiled = compiled_record(fn, impl.fn, self._sync)
             samples = timing.bench(fn, device="cuda", **part, flush_l2=t.flush_l2,
@@ -284,13 +280,13 @@ class Worker:
         (parts/<pass>.<shard>.jsonl when several workers run at once).
 
         `ahead` (a check beside compile-ahead): best effort, a case whose check raised or
-        timed a Tuner gets no record (the check pass does it again, alone). `prewarm`: one
-        untimed call of each case first (`prewarm`); `wait_for`: then wait for that file, whose
-        JSON list of case ids replaces `only` (the time pass's later process, started while
-        the first one checks: harness.execute.executors.process.run_shard); `load_after`:
-        that file first (a profiler process started while the time pass times). `claims` (a
-        folder with units.json, {case: class}): a case is done only if its class is this
-        worker's or can be claimed for it (compile-ahead's work stealing: sharing.Claims)."""
+        timed a Tuner gets no record (the check pass does it again, alone). Started ahead of
+        its turn (`prewarm` or `wait_for`), a worker waits for `load_after` (a profiler
+        process started while the time pass times), calls each case once untimed
+        (`prewarm`), then waits for `wait_for`, whose
+        JSON case ids replace `only` (harness.execute.executors.process.run_shard). `claims`
+        (units.json, {case: class}): a case is done only if its class is this worker's or can
+        be claimed for it (compile-ahead's work stealing: sharing.Claims)."""
         from harness import store, tuning
 
         self.process = store.repeat_index(tag)
@@ -298,8 +294,7 @@ class Worker:
             if load_after:
                 sharing.wait_turn(load_after)
             self.prewarm(only)
-        if wait_for:
-            only = self.wait_turn(wait_for)
+        only = self.wait_turn(wait_for) if wait_for else only
         claim = sharing.Claims(claims) if claims else None
         tuning.take_new_picks()  # picks timed before this loop are no case's of it
         for pass_name in passes:
@@ -318,9 +313,8 @@ class Worker:
                 began = time.perf_counter()
                 rec = self._one(pass_name, case_id, impl_name, params, dtype, check_parts)
                 if (pass_name == "warm" or ahead) and not rec.get("context_dead"):
-                    # beside one another: hand back what the allocator keeps cached (a
-                    # check lane had held 37 GiB after naive attention's backward at N=16384
-                    # while compile-ahead ran out of memory)
+                    # beside one another: what the allocator caches goes back (a check lane
+                    # held 37 GiB after naive's backward at N=16384, compile-ahead ran out)
                     self._release(collect=False)
                 # beside other work, a pick timed (new picks) is not kept, nor is an error
                 if ahead and (tuning.take_new_picks() or rec["status"] == "error"):
@@ -339,6 +333,9 @@ class Worker:
                 emit("done", name=part, case_id=case_id, status=rec["status"])
                 if rec.get("context_dead"):
                     return EXIT_CONTEXT_DEAD
+            if pass_name in ("profile", "torch_profiler"):  # the GPU's next profiler process
+                self._release()  # takes its turn at `end`: what this one cached goes back first
+                emit("end", name=part)
         return 0
 
     def prewarm(self, only: list[str] | None) -> None:
