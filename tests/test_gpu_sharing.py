@@ -349,3 +349,34 @@ def test_workers_beside_others_hand_back_cached_memory_after_each_case(tmp_path,
             assert w.run(["check"], None, tag="again", ahead=True) == EXIT_CONTEXT_DEAD
             assert len(calls) == 2 * len(cases)
     assert released["lane"] == [False] * (2 * len(cases)) and released["alone"] == []
+
+
+def test_a_worker_ahead_of_its_turn_sets_up_first_and_says_when_its_cases_are_over(
+        tmp_path, monkeypatch, test_ops, capsys):
+    """A worker started ahead of its turn (`wait_for`) first sets up what launches no kernel
+    (harness.execute.touch) for its cases' backends; a profiler worker says `end` once its
+    last case is done, after the `done` of every case (the next process's turn, while the
+    profiler writes its report). A worker not ahead of its turn sets nothing up."""
+    from harness.execute import worker as worker_mod
+    from harness.execute.worker import Worker
+
+    run, ids = _run_dir(tmp_path, ["zeros", "warm_tuned"], n=(64,))
+    seen = []
+    monkeypatch.setattr(worker_mod, "touch", lambda device, backends: seen.append(
+        (device, backends)))
+    turn = tmp_path / "turn"
+    turn.write_text(json.dumps(ids))
+    w = Worker(run, "cpu")
+    capsys.readouterr()
+    assert w.run(["profile"], None, tag="fakeprof", wait_for=str(turn)) == 0
+    assert seen == [("cpu", {worker_mod.impl_backend(w.op, c[1]) for c in w.cases})]
+    assert seen[0][1] == {"torch", "compile"}
+    events = [json.loads(line.split(" ", 1)[1]) for line in capsys.readouterr().out.splitlines()
+              if line.startswith("@@harness ")]
+    kinds = [e["event"] for e in events]
+    assert kinds[-1] == "end" and kinds.count("end") == 1
+    assert sorted(e["case_id"] for e in events if e["event"] == "done") == sorted(ids)
+    seen.clear()
+    assert Worker(run, "cpu").run(["check"], None) == 0
+    assert seen == []
+    assert "end" not in capsys.readouterr().out  # only a profiler's worker hands a turn on

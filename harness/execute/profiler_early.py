@@ -3,8 +3,9 @@ harness.execute.runner.Runner through ProfilerPasses).
 
 Once every case has its first timing (each case's status is then final), the runner plans the
 profiler passes in a thread and starts their processes while the time pass's later process
-times (`EarlyStart.start_early`). The processes start (Python, the imports, the profiler's own)
-and wait for their GPU's gate (`Early.gate`): it opens when that GPU's shard of the measure
+times (`EarlyStart.start_early`). The processes start (Python, the imports, the profiler's own,
+then CUDA's and their compilers' set-up: harness.execute.touch, between two timed cases) and
+wait for their GPU's gate (`Early.gate`): it opens when that GPU's shard of the measure
 passes has ended (--gpus: `Executor.on_shard_done`), or all of them have (`release`). Then the
 first has its turn and the others load their cases meanwhile (ProfilerPasses._in_turn). On an
 H100 ncu's process had spent 4.0-4.9 s starting before its first case, after the time pass;

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from harness.errors import exception_line
 from harness.execute import sharing
+from harness.execute.touch import touch
 from harness.machine.env import gpu_state
 
 EXIT_CONTEXT_DEAD = 3
@@ -281,15 +282,17 @@ class Worker:
 
         `ahead` (a check beside compile-ahead): best effort, a case whose check raised or
         timed a Tuner gets no record (the check pass does it again, alone). Started ahead of
-        its turn (`prewarm` or `wait_for`), a worker waits for `load_after` (a profiler
-        process started while the time pass times), calls each case once untimed
-        (`prewarm`), then waits for `wait_for`, whose
+        its turn (`prewarm` or `wait_for`), a worker first sets up what launches no kernel
+        (touch), waits for `load_after` (a profiler process started while the time pass
+        times), calls each case once untimed (`prewarm`), then waits for `wait_for`, whose
         JSON case ids replace `only` (harness.execute.executors.process.run_shard). `claims`
         (units.json, {case: class}): a case is done only if its class is this worker's or can
         be claimed for it (compile-ahead's work stealing: sharing.Claims)."""
         from harness import store, tuning
 
         self.process = store.repeat_index(tag)
+        if prewarm or wait_for:
+            touch(self.device, {impl_backend(self.op, c[1]) for c in self.cases})
         if prewarm:
             if load_after:
                 sharing.wait_turn(load_after)
