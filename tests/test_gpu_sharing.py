@@ -380,3 +380,90 @@ def test_a_worker_ahead_of_its_turn_sets_up_first_and_says_when_its_cases_are_ov
     assert Worker(run, "cpu").run(["check"], None) == 0
     assert seen == []
     assert "end" not in capsys.readouterr().out  # only a profiler's worker hands a turn on
+
+
+def test_whole_memory_is_one_compile_workers_at_a_time_and_gives_the_share_back(
+        tmp_path, monkeypatch):
+    """sharing.whole_memory: the GPU's whole memory for the block (fraction 1.0), one holder
+    at a time (a second waits for the first), the cache emptied and the worker's share
+    restored after each."""
+    import threading
+
+    import torch
+
+    from harness.execute import sharing
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction",
+                        lambda f: calls.append(("fraction", f)))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(("empty",)))
+    inside = []
+
+    def hold(name):
+        with sharing.whole_memory(tmp_path, 0.125):
+            inside.append((name, "in"))
+            time.sleep(0.3)
+            inside.append((name, "out"))
+
+    threads = [threading.Thread(target=hold, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+        time.sleep(0.05)
+    for t in threads:
+        t.join(10)
+    assert [k for _, k in inside] == ["in", "out", "in", "out"]  # never both inside
+    assert inside[0][0] == inside[1][0] and inside[2][0] == inside[3][0]
+    assert calls == [("fraction", 1.0), ("empty",), ("fraction", 0.125)] * 2
+
+
+def test_a_compile_worker_out_of_its_share_tries_again_with_the_whole_memory(
+        tmp_path, monkeypatch, test_ops):
+    """do_warm: a case out of memory under the worker's share (naive attention's N x N at
+    N=16384 needs 8-16 GiB) is tried once more, its cache handed back, with the GPU's whole
+    memory (sharing.whole_memory); a worker without a share tries once more as it is; a second
+    failure is the case's error."""
+    from contextlib import contextmanager
+
+    import pytest
+
+    from harness.execute import sharing
+    from harness.execute.worker import Worker
+
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+    run, _ = _run_dir(tmp_path, ["warm_tuned"], n=(64,))
+    w = Worker(run, "cpu")
+    case_id, impl_name, params, dtype = next(c for c in w.cases if c[1] == "warm_tuned")
+    impl = w.op.get_impl(impl_name)
+    held, tries = [], []
+
+    @contextmanager
+    def whole(run_dir, share):
+        held.append(share)
+        yield
+
+    monkeypatch.setattr(sharing, "whole_memory", whole)
+
+    def prepare(fails):
+        def fn():
+            if len(tries) < fails:
+                tries.append("oom")
+                raise OutOfMemoryError("CUDA out of memory")
+            tries.append("ok")
+        return lambda *a: (fn, 0)
+
+    w.warm_share = 0.125
+    monkeypatch.setattr(w, "_prepare", prepare(1))
+    assert w.do_warm(impl, params, dtype, case_id)["status"] == "ok"
+    assert tries == ["oom", "ok"] and held == [0.125]
+    tries.clear(), held.clear()
+    monkeypatch.setattr(w, "_prepare", prepare(2))
+    with pytest.raises(OutOfMemoryError):
+        w.do_warm(impl, params, dtype, case_id)
+    assert tries == ["oom", "oom"] and held == [0.125]
+    tries.clear(), held.clear()
+    w.warm_share = 0.0  # no share: once more as it is
+    monkeypatch.setattr(w, "_prepare", prepare(1))
+    assert w.do_warm(impl, params, dtype, case_id)["status"] == "ok"
+    assert tries == ["oom", "ok"] and held == []

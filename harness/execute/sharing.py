@@ -5,15 +5,20 @@ raw/locks/ (removed when the passes end):
 - turn files: a process started early (the time pass's second process, the nsys process
   while ncu runs) waits (`wait_turn`) until its driver writes the JSON list of the cases it
   does now (`give_turn`);
-- compile-ahead's class claims (`Claims`): exactly one worker compiles a class.
+- compile-ahead's class claims (`Claims`): exactly one worker compiles a class, and the
+  lock a compile worker holds while it uses the GPU's whole memory (`whole_memory`).
 """
 from __future__ import annotations
 
+import fcntl
+import gc
 import json
 import os
 import shutil
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 LOCKS = ("raw", "locks")
 
@@ -98,3 +103,27 @@ def out_of_memory(exc: BaseException) -> bool:
         return True
     text = str(exc).lower()
     return "out of memory" in text or "alloc_failed" in text
+
+
+@contextmanager
+def whole_memory(run_dir, share: float) -> Iterator[None]:
+    """For a case that needs more than a compile worker's `share` of the GPU's memory
+    (torch.cuda.set_per_process_memory_fraction): the whole of it for the block, one worker of
+    the run at a time, what the block cached handed back and the share restored after. On an
+    H100 every N=16384 case of torch.compile's attention backward and of fused_mha had failed
+    compile-ahead at 0.1 of the memory (8-16 GiB asked, 50-61 GiB free) and was compiled by
+    the check pass instead (the first took 16 s there)."""
+    import torch
+
+    fd = os.open(folder(run_dir, "warm") / "whole-memory", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        try:
+            yield
+        finally:
+            gc.collect()
+            torch.cuda.empty_cache()
+            torch.cuda.set_per_process_memory_fraction(share)
+    finally:
+        os.close(fd)  # (closing it unlocks it)

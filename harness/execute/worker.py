@@ -97,7 +97,7 @@ class Worker:
         self.flusher = None
         self.ref_cache = None
         self.code_hashes: dict[str, str] = {}
-        self.warm_capped = False  # the warm pass set its share of GPU memory
+        self.warm_share: float | None = None  # the warm pass's share of GPU memory
         self.process = 0  # which of the time pass's processes this is (0: the first)
         self.processes = store.time_processes(self.run_dir)  # how many there are
         from harness import tuning
@@ -215,26 +215,27 @@ class Worker:
             return {"status": "skipped", "error": f"backend {impl.backend}: nothing to compile"}
         from harness import tuning
 
-        if self.device == "cuda" and not self.warm_capped:
+        if self.device == "cuda" and self.warm_share is None:
             import torch  # several warmers share the GPU: each keeps to its share of memory
 
-            frac = float(os.environ.get(WARM_MEMORY_FRACTION_ENV, "0") or 0)
-            if 0 < frac < 1:
-                torch.cuda.set_per_process_memory_fraction(frac)
-            self.warm_capped = True
+            self.warm_share = float(os.environ.get(WARM_MEMORY_FRACTION_ENV, "0") or 0)
+            if 0 < self.warm_share < 1:
+                torch.cuda.set_per_process_memory_fraction(self.warm_share)
         for attempt in (0, 1):
+            # out of its share once: the allocator's cache goes back; twice: the whole memory
+            whole = attempt and 0 < (self.warm_share or 0) < 1
             try:
-                with tuning.compile_only():  # the binder's set-up calls too
-                    fn, _ = self._prepare(impl, params, dtype, case_id)
-                    fn()
-                self._sync()
+                with sharing.whole_memory(self.run_dir, self.warm_share) if whole \
+                        else nullcontext():
+                    with tuning.compile_only():  # the binder's set-up calls too
+                        fn, _ = self._prepare(impl, params, dtype, case_id)
+                        fn()
+                    self._sync()
+                    fn = None
                 return {"status": "ok"}
             except Exception as exc:
                 if attempt or type(exc).__name__ != "OutOfMemoryError":
                     raise
-            # out of this worker's share of memory: what torch's allocator keeps cached from
-            # earlier cases counts against it; hand that back (the failed call's tensors are
-            # gone with its exception) and try once more
             fn = None
             gc.collect()
             if self.device == "cuda":
@@ -381,11 +382,10 @@ class Worker:
             emit("done", name="prewarm", case_id=case_id, status=status)
 
     def _release(self, collect: bool = True) -> None:
-        """Hand the memory of the last case back to the GPU (another process shares it):
-        torch's cached blocks, when they are more than RELEASE_BYTES (emptying an allocator
-        that holds little costs more than it frees). `collect` first collects garbage (cycles
-        holding tensors): a full collection takes long in a process with torch, Triton and
-        Inductor loaded, so the prewarm loop, whose calls leave no cycles, skips it."""
+        """Hand the last case's memory back to the GPU (another process shares it): torch's
+        cached blocks, when more than RELEASE_BYTES (emptying a small cache costs more than it
+        frees); `collect` first collects garbage (cycles holding tensors), which takes long
+        with torch, Triton and Inductor loaded: the prewarm loop (no cycles) skips it."""
         if collect:
             gc.collect()
         if self.device == "cuda":
