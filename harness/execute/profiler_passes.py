@@ -261,10 +261,10 @@ class ProfilerPasses(EarlyStart):
         and run in turn, each after the first loading its cases meanwhile, under the GPU's
         lock; the next has its turn when a process's cases are done (its `end`: the profiler
         writes its report meanwhile), `after(p, i)` once it has ended (_run_in_turn: its
-        export). `go` (start_early): every process
-        starts now and waits; when `go` is set, the first has its turn and the others load
-        their cases (not before: their calls would hold the time pass's timing off; on an
-        H100 loading flash.yaml's cases beside its time pass made that pass 16 s longer)."""
+        export). `go` (start_early): every process starts now and waits; when `go` is set, the
+        first has its turn and the others load their cases (not before: their calls would
+        hold the time pass's timing off; on an H100 loading flash.yaml's cases beside its time
+        pass made that pass 16 s longer)."""
         gpu = jobs[0][0].shards[jobs[0][1]][0]
         turns = [sharing.turn_file(self.run_dir, f"{p.name}.gpu{gpu}.{i}")
                  if k or go is not None else None for k, (p, i) in enumerate(jobs)]

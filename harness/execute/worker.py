@@ -222,7 +222,7 @@ class Worker:
             if 0 < self.warm_share < 1:
                 torch.cuda.set_per_process_memory_fraction(self.warm_share)
         for attempt in (0, 1):
-            # out of its share once: the allocator's cache goes back; twice: the whole memory
+            # out of its share: once more, the cache handed back and the whole memory taken
             whole = attempt and 0 < (self.warm_share or 0) < 1
             try:
                 with sharing.whole_memory(self.run_dir, self.warm_share) if whole \
