@@ -112,7 +112,7 @@ def whole_memory(run_dir, share: float) -> Iterator[None]:
     the run at a time, what the block cached handed back and the share restored after. On an
     H100 every N=16384 case of torch.compile's attention backward and of fused_mha had failed
     compile-ahead at 0.1 of the memory (8-16 GiB asked, 50-61 GiB free) and was compiled by
-    the check pass instead (the first took 16 s there)."""
+    the check pass instead (the first took 11-16 s there)."""
     import torch
 
     fd = os.open(folder(run_dir, "warm") / "whole-memory", os.O_RDWR | os.O_CREAT, 0o644)
