@@ -600,15 +600,15 @@ def test_one_gpus_profiler_passes_start_together_and_run_in_turn(tmp_path, test_
         return cls
 
     run, ids = _run_dir(tmp_path, ["zeros"])
-    monkeypatch.setitem(base._REGISTRY, "firstprof", timed("firstprof", pause=4.0))
+    monkeypatch.setitem(base._REGISTRY, "firstprof", timed("firstprof", pause=10.0))
     monkeypatch.setitem(base._REGISTRY, "secondprof", timed("secondprof"))
     r = Runner(run, Console(file=open(os.devnull, "w")))
     r.profile_cases = lambda which: ids
-    # the second process's limit (4.5 s) is shorter than the first pass: it runs from its turn
+    # the second process's limit (8 s) is shorter than the first pass: it runs from its turn
     with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
         r.profile_passes(progress, [
             ("firstprof", SimpleNamespace(cases="all", timeout_s=120)),
-            ("secondprof", SimpleNamespace(cases="all", timeout_s=4.5))])
+            ("secondprof", SimpleNamespace(cases="all", timeout_s=8.0))])
     assert r.passes["firstprof"] == r.passes["secondprof"] == "done", r.passes
     m = store.load_metrics(run)
     assert sorted(m.source.unique()) == ["firstprof", "secondprof"]
@@ -645,14 +645,14 @@ def test_side_by_side_processes_of_one_gpu_start_together_and_run_in_turn(tmp_pa
         return cls
 
     run, ids = _run_dir(tmp_path, ["zeros"])
-    monkeypatch.setitem(base._REGISTRY, "firstprof", timed("firstprof", pause=4.0))
+    monkeypatch.setitem(base._REGISTRY, "firstprof", timed("firstprof", pause=10.0))
     monkeypatch.setitem(base._REGISTRY, "secondprof", timed("secondprof"))
     r = Runner(run, Console(file=open(os.devnull, "w")), GpuExecutor([0, 1]))
     r.profile_cases = lambda which: ids
-    # the second process's limit (4.5 s) is shorter than its wait: it runs from its turn
+    # the second process's limit (8 s) is shorter than its wait: it runs from its turn
     with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
         passes = [r._plan_pass(progress, name, SimpleNamespace(cases="all", timeout_s=limit))
-                  for name, limit in (("firstprof", 120), ("secondprof", 4.5))]
+                  for name, limit in (("firstprof", 120), ("secondprof", 8.0))]
     for p in passes:  # both on GPU 0, one process each: one lane of two
         out = store.raw_dir(run, p.name, "gpu0")
         p.shards = [(0, ids, out)]
