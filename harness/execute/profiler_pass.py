@@ -45,7 +45,8 @@ class ProfilerPass:
 
     def cases_over(self, i: int) -> threading.Event:
         """Set when shard i's process has done its last case and handed back its cached
-        memory (the worker's `end` event): its profiler may still be writing its report."""
+        memory (the worker's `end` event: its profiler may still be writing its report), or
+        has ended (ProfilerPasses._one_process)."""
         with self._lock:
             return self.over.setdefault(i, threading.Event())
 

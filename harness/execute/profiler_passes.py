@@ -186,6 +186,7 @@ class ProfilerPasses(EarlyStart):
         finally:
             if wait_for is None or p.turns.get(i) is not None:  # else it ran nothing
                 p.mark()
+            p.cases_over(i).set()  # (a process that ended without its `end`, too)
 
     def _plan_pass(self, progress: Progress, prof_name: str, options) -> "ProfilerPass | None":
         from harness.profilers import registry
@@ -294,8 +295,8 @@ class ProfilerPasses(EarlyStart):
                         sharing.give_turn(load, [])
             for k, t in enumerate(threads):
                 over = jobs[k][0].cases_over(jobs[k][1])
-                while t.is_alive() and not over.is_set() and not stop.is_set():
-                    over.wait(0.2)
+                while not over.wait(0.2) and not stop.is_set():
+                    pass
                 if stop.is_set():
                     break
                 if k + 1 < len(jobs):  # its cases done: the next takes the GPU while this

@@ -27,12 +27,11 @@ def touch(device: str, backends: set) -> None:
     if "compile" in backends:
         import torch._dynamo  # noqa: F401
         import torch._inductor.compile_fx  # noqa: F401
-    triton = None
-    if backends & {"compile", "triton"}:
+    jit = bool(backends & {"compile", "triton"})
+    if jit:
         import triton
     with gpu_lock.shared():
-        torch.cuda.init()
-        torch.empty(1, device="cuda")  # the allocator's first block
+        torch.empty(1, device="cuda")  # CUDA's context and the allocator's first block
         torch.cuda.current_blas_handle()
-        if triton is not None:
+        if jit:
             triton.runtime.driver.active.get_current_device()
