@@ -5,6 +5,7 @@ pinning env var is harmless there), which tests everything but the GPU itself.
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -225,7 +226,25 @@ def test_a_hanging_implementation_times_out_as_its_own_case(tmp_path):
     assert m["status"] == "complete" and m["executor"]["kind"] == "local"
     assert set(m["pass_wall_s"]) >= {"check", "time", "total"}
     assert "wall: check " in p.stdout and "total" in p.stdout
+    spans = m["pass_spans_s"]  # when each phase ran, from the run's start, in order
+    assert sorted(spans, key=spans.get) == ["check", "time", "finish"], spans
+    assert 0 <= spans["check"][0] <= spans["time"][0] <= spans["time"][1] <= spans["finish"][0]
+    assert spans["finish"][1] <= m["pass_wall_s"]["total"] + 0.01
+    assert re.search(r"timeline \(s\): check \d+\.\d-\d+\.\d · time ", p.stdout), p.stdout
     assert "timeout" in p.stdout
+
+
+def test_timeline_merges_a_phase_added_twice_and_orders_by_start():
+    from harness.execute.timeline import Timeline, timeline_line
+
+    tl = Timeline(t0=100.0)
+    tl.add("time", 110.0, 120.0)
+    tl.add("check", 101.0, 111.54)
+    tl.add("time", 108.0, 119.0)  # a second GPU's lane of the same pass
+    assert tl.record() == {"check": [1.0, 11.54], "time": [8.0, 20.0]}
+    line = "timeline (s): check 1.0-11.5 · time 8.0-20.0"
+    assert timeline_line(tl.record()) == line
+    assert timeline_line({"time": [8.0, 20.0], "check": [1.0, 11.54]}) == line
 
 
 @pytest.mark.slow
@@ -525,6 +544,13 @@ def test_profiler_passes_share_the_gpus_side_by_side(tmp_path, test_ops, monkeyp
     assert r.pass_wall["slowprof+fastprof"] >= max(r.pass_wall["slowprof"],
                                                    r.pass_wall["fastprof"]) - 0.05
     assert "ncu+nsys 3.0 s" in wall_line({"ncu": 2.0, "nsys": 2.5, "ncu+nsys": 3.0, "total": 9})
+    spans = r.timeline.record()  # each GPU's process from its turn, then the exports
+    lanes = {k for k in spans if "@gpu" in k}
+    assert {k.split("@")[0] for k in lanes} == {"slowprof", "fastprof"}, spans
+    assert {k.split("@")[1] for k in lanes} == {"gpu0", "gpu1"}, spans
+    assert {"slowprof export", "fastprof export"} <= set(spans), spans
+    for k in lanes:
+        assert 0 <= spans[k][0] <= spans[k][1] <= spans[f"{k.split('@')[0]} export"][1]
     # one pass alone still splits over both GPUs
     r2 = Runner(run, Console(file=open(os.devnull, "w")), GpuExecutor([0, 1]))
     r2.profile_cases = lambda which: ids

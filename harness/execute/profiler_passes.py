@@ -32,7 +32,7 @@ from harness.execute.profiler_pass import CallStop, ProfilerPass
 
 class ProfilerPasses(EarlyStart):
     """Runner's profiler passes (needs run_dir, exp, op, device, executor, passes, pass_wall,
-    manifest, plan() and _set_pass() from Runner)."""
+    timeline, manifest, plan() and _set_pass() from Runner)."""
 
     def _profilers(self, progress: Progress, early: Early | None = None) -> None:
         if early is None and self._early is not None:
@@ -177,6 +177,7 @@ class ProfilerPasses(EarlyStart):
             return stop.is_set() or bool(limit and turn is not None
                                          and time.monotonic() - turn > limit)
 
+        began = time.monotonic()
         if wait_for is None:  # a waiting process's span starts at its turn (its giver marks it)
             p.mark()
         try:
@@ -186,6 +187,8 @@ class ProfilerPasses(EarlyStart):
         finally:
             if wait_for is None or p.turns.get(i) is not None:  # else it ran nothing
                 p.mark()
+                self.timeline.add(f"{p.name}@gpu{gpu}" if self.executor.kind == "gpus"
+                                  else p.name, p.turns.get(i, began))
             p.cases_over(i).set()  # (a process that ended without its `end`, too)
 
     def _plan_pass(self, progress: Progress, prof_name: str, options) -> "ProfilerPass | None":
@@ -239,11 +242,11 @@ class ProfilerPasses(EarlyStart):
             return
 
         def lane(jobs) -> None:
+            gpu = jobs[0][0].shards[jobs[0][1]][0]
             if len(jobs) == 1 and early is None:
                 one(*jobs[0])
                 return
             # early: a GPU's turn comes when its own shard of the measure passes has ended
-            gpu = jobs[0][0].shards[jobs[0][1]][0]
             self._in_turn(jobs, stop, go=early.gate(gpu) if early is not None else None)
 
         try:
@@ -328,7 +331,8 @@ class ProfilerPasses(EarlyStart):
             got: dict = {"frame": None, "tables": {}, "error": None, "tables_error": None}
             try:
                 if p.name == "torch_profiler":
-                    self._write_torch_profiler_kernels(out_dir, ids)
+                    from harness.profilers.torch_profiler import write_kernels
+                    write_kernels(self.run_dir, out_dir, ids)
                 p.prof.export(out_dir)
                 got["frame"] = p.prof.parse(out_dir)
             except Exception as exc:  # keep the timing results and the raw files whatever happens
@@ -339,6 +343,7 @@ class ProfilerPasses(EarlyStart):
                 except Exception as exc:
                     got["tables_error"] = exc
             got["export_s"] = time.monotonic() - t0
+            self.timeline.add(f"{p.name} export", t0)
             p.finished[i] = got
 
         jobs = [(p, i) for p in passes for i in range(len(p.shards))]
@@ -391,9 +396,8 @@ class ProfilerPasses(EarlyStart):
 
     def _land(self, prof_name: str, source: str, frames: list, tables: dict, timing: dict,
               states: list[str], carry: "profile_carry.Carry | None") -> None:
-        """Write a pass's metrics and tables, with the profiles it carried over
-        (execute.profile_carry.Carry), its record in the manifest's `profiler_wall_s`, and its
-        state."""
+        """Write a pass's metrics and tables, with the profiles it carried over (Carry), its
+        record in the manifest's `profiler_wall_s`, and its state."""
         import pandas as pd
 
         if carry is not None:
@@ -473,28 +477,16 @@ class ProfilerPasses(EarlyStart):
         parts = shard_by_impl(cases, impl_of, weight, len(gpus))
         return self._with_dirs(prof_name, list(zip(gpus, parts)))
 
-    def _write_torch_profiler_kernels(self, out_dir: Path, ids: list[str]) -> None:
-        from harness.profilers.torch_profiler import KERNELS_FILE
-
-        recs = store.read_parts(self.run_dir, "torch_profiler")
-        keep = set(ids)
-        per_case = {r["case_id"]: r.get("kernels", []) for r in recs
-                    if r["status"] == "ok" and r["case_id"] in keep}
-        store.write_json(out_dir / KERNELS_FILE, per_case)
-
     def _merge_metrics(self, source: str, df) -> None:
         import pandas as pd
 
         old = store.load_metrics(self.run_dir)
-        old = old[old.source != source] if len(old) else old
-        frames = [f for f in (old, df) if len(f)]
-        merged = pd.concat(frames, ignore_index=True) if frames else df
-        store.write_table(self.run_dir, "metrics", merged)
+        frames = [f for f in ((old[old.source != source] if len(old) else old), df) if len(f)]
+        store.write_table(self.run_dir, "metrics",
+                          pd.concat(frames, ignore_index=True) if frames else df)
 
 
 def _log_problem(prof_name: str, text: str) -> str | None:
-    if prof_name == "ncu":
-        from harness.profilers.ncu import check_log
+    from harness.profilers.ncu import check_log
 
-        return check_log(text)
-    return None
+    return check_log(text) if prof_name == "ncu" else None

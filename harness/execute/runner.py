@@ -27,6 +27,7 @@ from harness.execute.executors.schedule import case_costs, case_timeout_s, longe
 from harness.execute.previous import previous_medians
 from harness.execute.profiler_early import Early
 from harness.execute.profiler_passes import ProfilerPasses
+from harness.execute.timeline import Timeline
 from harness.execute.code_tree import op_for
 from harness.registry import get_op
 from harness.store.results import cases_frame, consolidate
@@ -49,6 +50,7 @@ class Runner(ProfilerPasses):
         self.op = op_for(self.manifest)
         self.device = self.manifest["device"]
         self.passes: dict[str, str] = dict(self.manifest.get("passes", {}))
+        self.timeline = Timeline()  # the phases' spans (pass_spans_s); run() restarts it
 
     # -- bookkeeping --------------------------------------------------------------------------
     def _set_pass(self, name: str, state: str) -> None:
@@ -99,6 +101,9 @@ class Runner(ProfilerPasses):
                 return
             first = span.setdefault(name, [now, now])
             first[1] = now
+            if ev.get("gpu") is not None and self.executor.kind == "gpus":
+                lane = span.setdefault(f"{name}@gpu{ev['gpu']}", [now, now])
+                lane[1] = now
             if ev["event"] == "start":
                 where = f" [gpu {ev['gpu']}]" if ev.get("gpu") is not None else ""
                 progress.update(tasks[name], description=f"{name}{where} {ev['case_id']}")
@@ -131,8 +136,12 @@ class Runner(ProfilerPasses):
                 if self._early is None:
                     sharing.clear(self.run_dir)
         # the check pass starts with the first worker (its start-up is part of the pass)
-        if "check" in span:
-            span["check"][0] = t0
+        for name in span:
+            if name.split("@")[0] == "check":
+                span[name][0] = t0
+        for name, (a, b) in span.items():
+            self.timeline.add(name, a, b)
+        span = {p: v for p, v in span.items() if "@" not in p}
         if self.executor.kind == "ray":  # a task does both passes of its cases: one number
             self.pass_wall["check+time"] = round(time.monotonic() - t0, 2)
         elif todo_ids:  # spans from the workers' events (with --gpus the spans overlap)
@@ -171,6 +180,7 @@ class Runner(ProfilerPasses):
             progress.update(task, description="compile", completed=len(ids))
         if out["workers"]:  # the phase: compile-ahead and the checks beside it
             self.pass_wall["compile"] = round(time.monotonic() - t0, 2)
+            self.timeline.add("compile", t0)
         if ids or skipped:  # skipped: checked on this host by the previous run of the same code
             rec = {**out, "skipped": skipped}
             if beside:
@@ -183,6 +193,7 @@ class Runner(ProfilerPasses):
     # -- the whole run ----------------------------------------------------------------------------
     def run(self) -> None:
         t0 = time.monotonic()
+        self.timeline = Timeline(t0)
         with Progress(TextColumn("{task.description:<60.60}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=self.console, transient=False) as progress:
             try:
@@ -198,9 +209,12 @@ class Runner(ProfilerPasses):
                 raise
             finally:
                 self.stop_early()
+        t1 = time.monotonic()
         self.finish()
+        self.timeline.add("finish", t1)
         self.pass_wall["total"] = round(time.monotonic() - t0, 2)
         self.manifest = store.update_manifest(self.run_dir, pass_wall_s=self.pass_wall,
+                                              pass_spans_s=self.timeline.record(),
                                               executor=self.executor.describe())
 
     def finish(self) -> None:

@@ -268,6 +268,10 @@ def render(run_dir: str | Path, console: Console) -> None:
         from harness.execute.runner import wall_line
 
         console.print(wall_line(m["pass_wall_s"]))
+    if m.get("pass_spans_s"):  # when each phase ran: what overlapped, what the run waited on
+        from harness.execute.timeline import timeline_line
+
+        console.print(f"[dim]{escape(timeline_line(m['pass_spans_s']))}[/]", soft_wrap=True)
     render_since(run_dir, console)
 
 
@@ -387,6 +391,7 @@ def to_json(run_dir: str | Path) -> dict:
 
     return {"run_id": m["run_id"], "status": store.effective_status(m),
             "experiment": m["experiment"], "executor": m.get("executor"),
-            "pass_wall_s": m.get("pass_wall_s"), "since": since_json(since_data(run_dir)),
+            "pass_wall_s": m.get("pass_wall_s"), "pass_spans_s": m.get("pass_spans_s"),
+            "since": since_json(since_data(run_dir)),
             "env": m.get("env"), "device": m.get("device"), "passes": m.get("passes"),
             "cases": cases, "run_level_metrics": per_case.get("", [])}

@@ -16,6 +16,17 @@ from harness.profilers.base import Availability, Profiler, empty_metrics, regist
 KERNELS_FILE = "kernels.json"
 
 
+def write_kernels(run_dir: Path, out_dir: Path, ids: list[str]) -> None:
+    """raw/torch_profiler/kernels.json: the kernels each case of `ids` launched, from the
+    worker's records (parts/torch_profiler), for `parse`."""
+    from harness import store
+
+    keep = set(ids)
+    store.write_json(Path(out_dir) / KERNELS_FILE, {
+        r["case_id"]: r.get("kernels", []) for r in store.read_parts(run_dir, "torch_profiler")
+        if r["status"] == "ok" and r["case_id"] in keep})
+
+
 def profile_call(fn, device: str) -> list[dict]:
     """Run fn once under torch.profiler; one dict per GPU activity (kernel, memcpy, memset)."""
     import torch

@@ -1,0 +1,46 @@
+"""When each phase of a run ran: the manifest's `pass_spans_s`, {phase: [start, end]} in
+seconds from the run's start, and `show`'s `timeline` line.
+
+`pass_wall_s` says how long each pass took; with passes that overlap (the checks beside
+compile-ahead, the profiler processes started while the time pass ends, --gpus lanes) the
+walls do not add up to the total, and only the spans say what the run waited on. Phases:
+`compile` (compile-ahead with the checks beside it), `check`, `time` (and `check@gpu1`,
+`time@gpu1` per GPU with --gpus), one per profiler process from its turn to its end
+(`ncu`, `nsys`, `ncu@gpu0`: its report written), its report's export (`ncu export`), and
+`finish` (the tables, the calibration, the validity notes).
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+
+class Timeline:
+    """Phase spans of one invocation (threads of the runner add to it)."""
+
+    def __init__(self, t0: float | None = None) -> None:
+        self.t0 = time.monotonic() if t0 is None else t0
+        self._spans: dict[str, list[float]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, name: str, start: float, end: float | None = None) -> None:
+        """Phase `name` ran from `start` to `end` (time.monotonic; now when None); a phase
+        added again spans both."""
+        end = time.monotonic() if end is None else end
+        with self._lock:
+            s = self._spans.get(name)
+            self._spans[name] = [min(s[0], start), max(s[1], end)] if s else [start, end]
+
+    def record(self) -> dict[str, list[float]]:
+        """{phase: [start s, end s]} from the run's start, in order of start (the manifest
+        keeps its keys sorted: timeline_line orders them again)."""
+        with self._lock:
+            spans = sorted(self._spans.items(), key=lambda kv: (kv[1][0], kv[0]))
+        return {k: [round(a - self.t0, 2), round(b - self.t0, 2)] for k, (a, b) in spans}
+
+
+def timeline_line(spans: dict[str, list[float]]) -> str:
+    """`timeline (s): compile 0.0-27.7 · check 10.2-69.8 · ...` in order of start (`show`,
+    after the walls)."""
+    order = sorted(spans.items(), key=lambda kv: (kv[1][0], kv[0]))
+    return "timeline (s): " + " · ".join(f"{k} {a:.1f}-{b:.1f}" for k, (a, b) in order)
