@@ -414,14 +414,30 @@ def test_whole_memory_is_one_compile_workers_at_a_time_and_gives_the_share_back(
     assert [k for _, k in inside] == ["in", "out", "in", "out"]  # never both inside
     assert inside[0][0] == inside[1][0] and inside[2][0] == inside[3][0]
     assert calls == [("fraction", 1.0), ("empty",), ("fraction", 0.125)] * 2
+    inside.clear()  # the workers of two GPUs do not wait for each other
+
+    def hold_on(gpu):
+        with sharing.whole_memory(tmp_path, 0.125, gpu=gpu):
+            inside.append((gpu, "in"))
+            time.sleep(0.3)
+            inside.append((gpu, "out"))
+
+    threads = [threading.Thread(target=hold_on, args=(g,)) for g in ("0", "1")]
+    for t in threads:
+        t.start()
+        time.sleep(0.05)
+    for t in threads:
+        t.join(10)
+    assert [k for _, k in inside] == ["in", "in", "out", "out"]
 
 
 def test_a_compile_worker_out_of_its_share_tries_again_with_the_whole_memory(
         tmp_path, monkeypatch, test_ops):
     """do_warm: a case out of memory under the worker's share (naive attention's N x N at
     N=16384 needs 8-16 GiB) is tried once more, its cache handed back, with the GPU's whole
-    memory (sharing.whole_memory); a worker without a share tries once more as it is; a second
-    failure is the case's error."""
+    memory (sharing.whole_memory): beside the other workers where the GPU has room for it
+    (sharing.room_for), else alone, and alone if out of memory again; a worker without a
+    share tries once more as it is; a failure alone is the case's error."""
     from contextlib import contextmanager
 
     import pytest
@@ -436,14 +452,15 @@ def test_a_compile_worker_out_of_its_share_tries_again_with_the_whole_memory(
     w = Worker(run, "cpu")
     case_id, impl_name, params, dtype = next(c for c in w.cases if c[1] == "warm_tuned")
     impl = w.op.get_impl(impl_name)
-    held, tries = [], []
+    held, tries, room = [], [], [True]
 
     @contextmanager
-    def whole(run_dir, share):
-        held.append(share)
+    def whole(run_dir, share, alone=True):
+        held.append((share, alone))
         yield
 
     monkeypatch.setattr(sharing, "whole_memory", whole)
+    monkeypatch.setattr(sharing, "room_for", lambda exc: room[0])
 
     def prepare(fails):
         def fn():
@@ -453,17 +470,37 @@ def test_a_compile_worker_out_of_its_share_tries_again_with_the_whole_memory(
             tries.append("ok")
         return lambda *a: (fn, 0)
 
-    w.warm_share = 0.125
-    monkeypatch.setattr(w, "_prepare", prepare(1))
-    assert w.do_warm(impl, params, dtype, case_id)["status"] == "ok"
-    assert tries == ["oom", "ok"] and held == [0.125]
-    tries.clear(), held.clear()
-    monkeypatch.setattr(w, "_prepare", prepare(2))
+    def warm(fails, share=0.125):
+        tries.clear(), held.clear()
+        w.warm_share = share
+        monkeypatch.setattr(w, "_prepare", prepare(fails))
+        return w.do_warm(impl, params, dtype, case_id)["status"]
+
+    assert warm(1) == "ok" and tries == ["oom", "ok"] and held == [(0.125, False)]
+    room[0] = False  # no room beside the others: alone at once
+    assert warm(1) == "ok" and held == [(0.125, True)]
+    room[0] = True  # out of memory beside the others too: alone
+    assert warm(2) == "ok" and tries == ["oom", "oom", "ok"]
+    assert held == [(0.125, False), (0.125, True)]
     with pytest.raises(OutOfMemoryError):
-        w.do_warm(impl, params, dtype, case_id)
-    assert tries == ["oom", "oom"] and held == [0.125]
-    tries.clear(), held.clear()
-    w.warm_share = 0.0  # no share: once more as it is
-    monkeypatch.setattr(w, "_prepare", prepare(1))
-    assert w.do_warm(impl, params, dtype, case_id)["status"] == "ok"
-    assert tries == ["oom", "ok"] and held == []
+        warm(3)
+    assert tries == ["oom"] * 3 and held == [(0.125, False), (0.125, True)]
+    room[0] = False
+    with pytest.raises(OutOfMemoryError):
+        warm(2)
+    assert tries == ["oom"] * 2 and held == [(0.125, True)]
+    assert warm(1, share=0.0) == "ok" and tries == ["oom", "ok"] and held == []  # as it is
+
+
+def test_room_for_reads_what_the_failed_allocation_asked(monkeypatch):
+    import torch
+
+    from harness.execute import sharing
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (40 * 2 ** 30, 80 * 2 ** 30))
+    msg = ("CUDA out of memory. Tried to allocate {} GiB. GPU 0 has a total capacity of "
+           "79.19 GiB of which 40.00 GiB is free.")
+    assert sharing.room_for(RuntimeError(msg.format("16.00")))
+    assert not sharing.room_for(RuntimeError(msg.format("20.50")))
+    assert sharing.room_for(RuntimeError("Tried to allocate 512.00 MiB"))
+    assert not sharing.room_for(RuntimeError("CUDA out of memory"))  # it does not say

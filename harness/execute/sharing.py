@@ -14,6 +14,7 @@ import fcntl
 import gc
 import json
 import os
+import re
 import shutil
 import time
 from contextlib import contextmanager
@@ -105,19 +106,44 @@ def out_of_memory(exc: BaseException) -> bool:
     return "out of memory" in text or "alloc_failed" in text
 
 
-@contextmanager
-def whole_memory(run_dir, share: float) -> Iterator[None]:
-    """For a case that needs more than a compile worker's `share` of the GPU's memory
-    (torch.cuda.set_per_process_memory_fraction): the whole of it for the block, one worker of
-    the run at a time, what the block cached handed back and the share restored after. On an
-    H100 every N=16384 case of torch.compile's attention backward and of fused_mha had failed
-    compile-ahead at 0.1 of the memory (8-16 GiB asked, 50-61 GiB free) and was compiled by
-    the check pass instead (the first took 11-16 s there)."""
+_ASKED = re.compile(r"Tried to allocate ([\d.]+) (GiB|MiB|KiB|B)\b")
+
+
+def room_for(exc: BaseException) -> bool:
+    """Whether this GPU has free now at least twice what the allocation that raised `exc`
+    asked for (torch's "Tried to allocate 16.00 GiB"): room for it while another worker
+    takes as much. False when the message does not say."""
     import torch
 
-    fd = os.open(folder(run_dir, "warm") / "whole-memory", os.O_RDWR | os.O_CREAT, 0o644)
+    m = _ASKED.search(str(exc))
+    if m is None:
+        return False
+    asked = float(m.group(1)) * {"GiB": 2 ** 30, "MiB": 2 ** 20, "KiB": 2 ** 10, "B": 1}[m.group(2)]
+    return torch.cuda.mem_get_info()[0] >= 2 * asked
+
+
+@contextmanager
+def whole_memory(run_dir, share: float, gpu: str | None = None,
+                 alone: bool = True) -> Iterator[None]:
+    """For a case that needs more than a compile worker's `share` of the GPU's memory
+    (torch.cuda.set_per_process_memory_fraction): the whole of it for the block, what the
+    block cached handed back and the share restored after; `alone`: one worker of the run at
+    a time on that GPU (`gpu`, by default the worker's own, HARNESS_GPU). On an H100 every
+    N=16384 case of torch.compile's attention backward and of fused_mha had failed
+    compile-ahead at 0.1 of the memory (8-16 GiB asked, 50-61 GiB free) and was compiled by the
+    check pass instead (the first took 11-16 s there). A worker alone compiles alone too (a
+    case's first call compiles, then runs): fused_mha's N=16384 cases, whose scratch fails
+    before their kernels compile, took 7-22 s each in flash.yaml's compile-ahead with --gpus
+    all on two H100s against 2.4-8.0 s on one (Worker.do_warm: beside the others first where
+    room_for says so)."""
+    import torch
+
+    gpu = os.environ.get("HARNESS_GPU") if gpu is None else gpu
+    name = f"whole-memory.gpu{gpu}" if gpu else "whole-memory"
+    fd = os.open(folder(run_dir, "warm") / name, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        if alone:
+            fcntl.flock(fd, fcntl.LOCK_EX)
         torch.cuda.set_per_process_memory_fraction(1.0)
         try:
             yield

@@ -221,11 +221,13 @@ class Worker:
             self.warm_share = float(os.environ.get(WARM_MEMORY_FRACTION_ENV, "0") or 0)
             if 0 < self.warm_share < 1:
                 torch.cuda.set_per_process_memory_fraction(self.warm_share)
-        for attempt in (0, 1):
-            # out of its share: once more, the cache handed back and the whole memory taken
-            whole = attempt and 0 < (self.warm_share or 0) < 1
+        shared, alone = 0 < (self.warm_share or 0) < 1, False
+        for attempt in (0, 1, 2):
+            # out of its share: once more, the cache handed back and the whole memory taken,
+            # beside the other workers where the GPU has room, else (or out again) alone
+            whole = attempt and shared
             try:
-                with sharing.whole_memory(self.run_dir, self.warm_share) if whole \
+                with sharing.whole_memory(self.run_dir, self.warm_share, alone=alone) if whole \
                         else nullcontext():
                     with tuning.compile_only():  # the binder's set-up calls too
                         fn, _ = self._prepare(impl, params, dtype, case_id)
@@ -234,14 +236,11 @@ class Worker:
                     fn = None
                 return {"status": "ok"}
             except Exception as exc:
-                if attempt or type(exc).__name__ != "OutOfMemoryError":
+                if type(exc).__name__ != "OutOfMemoryError" or attempt and (alone or not whole):
                     raise
+                alone = bool(attempt) or (shared and not sharing.room_for(exc))
             fn = None
-            gc.collect()
-            if self.device == "cuda":
-                import torch
-
-                torch.cuda.empty_cache()
+            self._release()  # what the failed call cached goes back (garbage collected first)
         raise AssertionError("unreachable")
 
     def _clock_probe(self):
