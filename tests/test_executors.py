@@ -523,9 +523,12 @@ def test_profiler_passes_share_the_gpus_side_by_side(tmp_path, test_ops, monkeyp
     run, _ = _run_dir(tmp_path, ["zeros", "nan"])
     r = Runner(run, Console(file=open(os.devnull, "w")), GpuExecutor([0, 1]))
     r.profile_cases = lambda which: slow_ids if which == "slow" else ids
+    idle = []  # each GPU, once its last profiler process's cases are over (calibrate.Early)
+    r.gpu_idle = idle.append
     with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
         r.profile_passes(progress, [("slowprof", SimpleNamespace(cases="slow", timeout_s=120)),
                                     ("fastprof", SimpleNamespace(cases="all", timeout_s=120))])
+    assert sorted(idle) == [0, 1]
     assert r.passes["slowprof"] == r.passes["fastprof"] == "done", r.passes
     m = store.load_metrics(run)
     assert sorted(m[m.source == "slowprof"].case_id) == sorted(slow_ids)

@@ -97,8 +97,8 @@ def measure() -> dict:
     return out
 
 
-def ensure(root: str | Path, gpu_name: str | None, console) -> dict | None:
-    """The cached ceilings for this GPU, measuring them once if missing (GPU runs only)."""
+def _cached(root: str | Path, gpu_name: str | None, console=None) -> dict | None:
+    """The cached ceilings of `gpu_name` if they were timed as this harness times a case."""
     from harness import store
     from harness.execute.timing import TIMING_METHOD
 
@@ -106,35 +106,80 @@ def ensure(root: str | Path, gpu_name: str | None, console) -> dict | None:
     if cal is not None and cal.get("timing_method") != TIMING_METHOD:
         # the copy curve is timed as a case is: a curve taken by another method would place
         # this run's cases against ceilings its own timing does not share
-        console.print(f"re-calibrating {gpu_name}: the cached ceilings were timed by "
-                      f"{cal.get('timing_method') or 'an older method'}")
+        if console is not None:
+            console.print(f"re-calibrating {gpu_name}: the cached ceilings were timed by "
+                          f"{cal.get('timing_method') or 'an older method'}")
         cal = None
+    return cal
+
+
+class Early:
+    """The measuring subprocess started before a run's end, on a GPU of the run that has done
+    its last case (Runner.gpu_idle): its start-up and its measurement then overlap the run's
+    tail (a profiler writing its report, the exports, another GPU still profiling) instead of
+    following it. `ensure(..., early=)` waits for it and keeps what it measured if it ran on a
+    GPU of the run's model."""
+
+    def __init__(self, gpu: int | None) -> None:
+        from harness.execute.executors.process import worker_env
+
+        self.dir = tempfile.TemporaryDirectory()
+        self.path = Path(self.dir.name) / "cal.json"
+        self.err = open(Path(self.dir.name) / "stderr.log", "w+")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.execute.calibrate", str(self.path)],
+            env=worker_env("cuda", gpu), stdout=subprocess.DEVNULL, stderr=self.err)
+
+    def result(self) -> tuple[int, dict | None, str]:
+        """(exit code, the measurement or None, the last line of its stderr)."""
+        rc = self.proc.wait()
+        self.err.seek(0)
+        tail = (self.err.read().strip().splitlines() or ["no output"])[-1]
+        data = json.loads(self.path.read_text()) if self.path.exists() else None
+        self.err.close()
+        self.dir.cleanup()
+        return rc, data, tail
+
+
+def ensure(root: str | Path, gpu_name: str | None, console,
+           early: Early | None = None) -> dict | None:
+    """The cached ceilings for this GPU, measuring them once if missing (GPU runs only);
+    `early`: what a measurement started before the run's end found (Early)."""
+    cal = _cached(root, gpu_name, console)
     if cal is None and gpu_name:
         console.print(f"calibrating the roofline ceilings of {gpu_name} (once per GPU; "
                       "`harness calibrate` to redo)")
         try:
-            cal = calibrate(root, console)
+            cal = calibrate(root, console, early)
         except HarnessError as exc:
             console.print(f"[yellow]calibration skipped:[/] {exc}")
     return cal
 
 
-def calibrate(root: str | Path, console) -> dict:
+def start_early(root: str | Path, gpu_name: str | None, gpu: int | None) -> Early | None:
+    """An Early measurement on `gpu` if `gpu_name` has no usable cached ceilings, else None."""
+    return Early(gpu) if gpu_name and _cached(root, gpu_name) is None else None
+
+
+def calibrate(root: str | Path, console, early: Early | None = None) -> dict:
     from harness import store
     from harness.machine import env
 
     present, why = env.cuda_device_present()
     if not present:
         raise HarnessError(f"calibrate needs a CUDA device ({why})")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "cal.json"
-        proc = subprocess.run([sys.executable, "-m", "harness.execute.calibrate", str(path)],
-                              capture_output=True, text=True)
-        if proc.returncode != 0 or not path.exists():
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise HarnessError(f"calibration failed (exit {proc.returncode}): {tail[0]}")
-        data = json.loads(path.read_text())
-    gpu = env.fingerprint("cuda").get("gpu_name") or data["gpu_name"]
+    gpu = env.fingerprint("cuda").get("gpu_name")
+    rc, data, tail = early.result() if early is not None else (1, None, "")
+    if rc != 0 or data is None or (gpu and data["gpu_name"] != gpu):  # measured here, now
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "cal.json"
+            proc = subprocess.run([sys.executable, "-m", "harness.execute.calibrate",
+                                   str(path)], capture_output=True, text=True)
+            tail = ((proc.stderr or proc.stdout).strip().splitlines() or ["no output"])[-1]
+            if proc.returncode != 0 or not path.exists():
+                raise HarnessError(f"calibration failed (exit {proc.returncode}): {tail}")
+            data = json.loads(path.read_text())
+    gpu = gpu or data["gpu_name"]
     data["driver"] = env.fingerprint("cuda").get("driver")
     saved = store.save_calibration(root, gpu, data)
     curve = " ".join(f"{b / 2 ** 20:.0f}M:{g:,.0f}" for b, g in data.get("copy_curve", []))

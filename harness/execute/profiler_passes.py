@@ -239,12 +239,14 @@ class ProfilerPasses(EarlyStart):
         lanes = list(by_gpu.values())
         if len(lanes) == 1 and len(lanes[0]) == 1 and early is None:
             one(*lanes[0][0])  # in this thread: Ctrl-C reaches stream() itself
+            self.gpu_idle(lanes[0][0][0].shards[lanes[0][0][1]][0])
             return
 
         def lane(jobs) -> None:
             gpu = jobs[0][0].shards[jobs[0][1]][0]
             if len(jobs) == 1 and early is None:
                 one(*jobs[0])
+                self.gpu_idle(gpu)  # its last cases of the run are done
                 return
             # early: a GPU's turn comes when its own shard of the measure passes has ended
             self._in_turn(jobs, stop, go=early.gate(gpu) if early is not None else None)
@@ -304,6 +306,8 @@ class ProfilerPasses(EarlyStart):
                     break
                 if k + 1 < len(jobs):  # its cases done: the next takes the GPU while this
                     give(k + 1)        # one's profiler writes its report
+                else:  # the GPU's last cases of the run are done (Runner.gpu_idle)
+                    self.gpu_idle(gpu)
                 while t.is_alive() and not stop.is_set():
                     t.join(0.2)
                 if stop.is_set():
