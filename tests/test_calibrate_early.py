@@ -86,6 +86,14 @@ def test_gpu_idle_starts_one_measurement_for_the_run(tmp_path, monkeypatch):
     Runner.gpu_idle(cpu, 0)
     assert cpu._calibration is None and len(started) == 1
 
+    def broken(root, name, gpu):
+        raise OSError("no such file")
+
+    monkeypatch.setattr(calibrate, "start_early", broken)  # never the profiler pass's fault
+    r._calibration = None
+    Runner.gpu_idle(r, 0)
+    assert r._calibration is False  # finish() measures as before
+
 
 def test_an_early_measurement_without_a_gpu_fails_in_its_own_process(tmp_path):
     """The real subprocess on this GPU-less machine: it exits non-zero, with its error's last

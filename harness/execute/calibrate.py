@@ -135,7 +135,10 @@ class Early:
         rc = self.proc.wait()
         self.err.seek(0)
         tail = (self.err.read().strip().splitlines() or ["no output"])[-1]
-        data = json.loads(self.path.read_text()) if self.path.exists() else None
+        try:
+            data = json.loads(self.path.read_text()) if rc == 0 else None
+        except (OSError, ValueError):  # none written, or cut short: measured again after
+            data = None
         self.err.close()
         self.dir.cleanup()
         return rc, data, tail
@@ -170,7 +173,7 @@ def calibrate(root: str | Path, console, early: Early | None = None) -> dict:
         raise HarnessError(f"calibrate needs a CUDA device ({why})")
     gpu = env.fingerprint("cuda").get("gpu_name")
     rc, data, tail = early.result() if early is not None else (1, None, "")
-    if rc != 0 or data is None or (gpu and data["gpu_name"] != gpu):  # measured here, now
+    if rc != 0 or data is None or (gpu and data.get("gpu_name") != gpu):  # measure it now
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "cal.json"
             proc = subprocess.run([sys.executable, "-m", "harness.execute.calibrate",

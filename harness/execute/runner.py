@@ -229,10 +229,14 @@ class Runner(ProfilerPasses):
         from harness.execute.calibrate import start_early
 
         with self._idle_lock:
-            if self.device == "cuda" and self._calibration is None:
+            if self.device != "cuda" or self._calibration is not None:
+                return
+            try:  # whatever goes wrong here, finish() calibrates as before (and says why not)
                 self._calibration = start_early(
                     self.run_dir.parent, (self.manifest.get("env") or {}).get("gpu_name"),
                     gpu) or False
+            except Exception:
+                self._calibration = False
 
     def finish(self) -> None:
         from harness.analysis.validity import annotate
