@@ -6,7 +6,8 @@ raw/locks/ (removed when the passes end):
   while ncu runs) waits (`wait_turn`) until its driver writes the JSON list of the cases it
   does now (`give_turn`);
 - compile-ahead's class claims (`Claims`): exactly one worker compiles a class, and the
-  lock a compile worker holds while it uses the GPU's whole memory (`whole_memory`).
+  lock (one per GPU) a compile worker holds while it uses the GPU's whole memory alone
+  (`whole_memory`).
 """
 from __future__ import annotations
 
