@@ -419,7 +419,7 @@ def test_whole_memory_is_one_compile_workers_at_a_time_and_gives_the_share_back(
     def hold_on(gpu):
         with sharing.whole_memory(tmp_path, 0.125, gpu=gpu):
             inside.append((gpu, "in"))
-            time.sleep(0.3)
+            time.sleep(1.0)  # long beside the other's start, on a loaded CI too
             inside.append((gpu, "out"))
 
     threads = [threading.Thread(target=hold_on, args=(g,)) for g in ("0", "1")]
