@@ -134,7 +134,7 @@ def whole_memory(run_dir, share: float, gpu: str | None = None,
     compile-ahead at 0.1 of the memory (8-16 GiB asked, 50-61 GiB free) and was compiled by the
     check pass instead (the first took 11-16 s there). A worker alone compiles alone too (a
     case's first call compiles, then runs): fused_mha's N=16384 cases, whose scratch fails
-    before their kernels compile, took 7-22 s each in flash.yaml's compile-ahead with --gpus
+    before their kernels compile, took 3-22 s each in flash.yaml's compile-ahead with --gpus
     all on two H100s against 2.4-8.0 s on one (Worker.do_warm: beside the others first where
     room_for says so)."""
     import torch
