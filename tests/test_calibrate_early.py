@@ -1,10 +1,9 @@
-"""The roofline's calibration measured before a run's end (calibrate.Early, Runner.gpu_idle):
+"""The roofline's calibration measured before a run's end (calibrate.Measurement, Runner.gpu_idle):
 started once, on the first GPU done with the run; what it measured kept when it ran on a GPU
 of the run's model, measured again after the run otherwise. The measurement itself needs a
 GPU (`harness calibrate`); here its subprocess fails on the CPU, as it must."""
 from __future__ import annotations
 
-import subprocess
 import threading
 from types import SimpleNamespace
 
@@ -32,12 +31,11 @@ def gpu_here(monkeypatch):
     monkeypatch.setattr(env, "fingerprint", lambda device: {"gpu_name": H100, "driver": "580"})
     runs = []
 
-    def fake_run(argv, **kw):  # the measurement after the run: writes its own numbers
-        runs.append(argv)
-        open(argv[-1], "w").write(__import__("json").dumps(_data(H100, 3000.0)))
-        return subprocess.CompletedProcess(argv, 0, "", "")
+    def measured_now(gpu):  # the measurement after the run: its own numbers
+        runs.append(gpu)
+        return _early(0, _data(H100, 3000.0))
 
-    monkeypatch.setattr(calibrate.subprocess, "run", fake_run)
+    monkeypatch.setattr(calibrate, "Measurement", measured_now)
     return runs
 
 
@@ -62,7 +60,7 @@ def test_an_early_measurement_elsewhere_or_failed_is_measured_again(tmp_path, gp
 
 def test_start_early_only_without_a_usable_cached_calibration(tmp_path, monkeypatch):
     started = []
-    monkeypatch.setattr(calibrate, "Early", lambda gpu: started.append(gpu) or "early")
+    monkeypatch.setattr(calibrate, "Measurement", lambda gpu: started.append(gpu) or "early")
     store.save_calibration(tmp_path, H100, _data(H100, 3000.0))
     assert calibrate.start_early(tmp_path, H100, 1) is None
     store.save_calibration(tmp_path, H100, {**_data(H100, 3000.0), "timing_method": "old"})
@@ -98,5 +96,5 @@ def test_gpu_idle_starts_one_measurement_for_the_run(tmp_path, monkeypatch):
 def test_an_early_measurement_without_a_gpu_fails_in_its_own_process(tmp_path):
     """The real subprocess on this GPU-less machine: it exits non-zero, with its error's last
     line, and leaves no measurement (calibrate then measures again, and says why it cannot)."""
-    rc, data, tail = calibrate.Early(None).result()
+    rc, data, tail = calibrate.Measurement(None).result()
     assert rc != 0 and data is None and tail

@@ -113,12 +113,13 @@ def _cached(root: str | Path, gpu_name: str | None, console=None) -> dict | None
     return cal
 
 
-class Early:
-    """The measuring subprocess started before a run's end, on a GPU of the run that has done
-    its last case (Runner.gpu_idle): its start-up and its measurement then overlap the run's
-    tail (a profiler writing its report, the exports, another GPU still profiling) instead of
-    following it. `ensure(..., early=)` waits for it and keeps what it measured if it ran on a
-    GPU of the run's model."""
+class Measurement:
+    """The measuring subprocess, pinned to `gpu` (None: the one the run sees). Started before
+    a run's end, on a GPU of the run that has done its last case (Runner.gpu_idle), its
+    start-up and its measurement overlap the run's tail (a profiler writing its report, the
+    exports, another GPU still profiling) instead of following it; `ensure(..., early=)`
+    waits for it and keeps what it measured if it ran on a GPU of the run's model, else
+    `calibrate` starts one and waits."""
 
     def __init__(self, gpu: int | None) -> None:
         from harness.execute.executors.process import worker_env
@@ -145,9 +146,9 @@ class Early:
 
 
 def ensure(root: str | Path, gpu_name: str | None, console,
-           early: Early | None = None) -> dict | None:
+           early: Measurement | None = None) -> dict | None:
     """The cached ceilings for this GPU, measuring them once if missing (GPU runs only);
-    `early`: what a measurement started before the run's end found (Early)."""
+    `early`: a Measurement started before the run's end."""
     cal = _cached(root, gpu_name, console)
     if cal is None and gpu_name:
         console.print(f"calibrating the roofline ceilings of {gpu_name} (once per GPU; "
@@ -159,31 +160,27 @@ def ensure(root: str | Path, gpu_name: str | None, console,
     return cal
 
 
-def start_early(root: str | Path, gpu_name: str | None, gpu: int | None) -> Early | None:
-    """An Early measurement on `gpu` if `gpu_name` has no usable cached ceilings, else None."""
-    return Early(gpu) if gpu_name and _cached(root, gpu_name) is None else None
+def start_early(root: str | Path, gpu_name: str | None, gpu: int | None) -> Measurement | None:
+    """A Measurement on `gpu` if `gpu_name` has no usable cached ceilings, else None."""
+    return Measurement(gpu) if gpu_name and _cached(root, gpu_name) is None else None
 
 
-def calibrate(root: str | Path, console, early: Early | None = None) -> dict:
+def calibrate(root: str | Path, console, early: Measurement | None = None) -> dict:
     from harness import store
     from harness.machine import env
 
     present, why = env.cuda_device_present()
     if not present:
         raise HarnessError(f"calibrate needs a CUDA device ({why})")
-    gpu = env.fingerprint("cuda").get("gpu_name")
+    fp = env.fingerprint("cuda")
+    gpu = fp.get("gpu_name")
     rc, data, tail = early.result() if early is not None else (1, None, "")
     if rc != 0 or data is None or (gpu and data.get("gpu_name") != gpu):  # measure it now
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "cal.json"
-            proc = subprocess.run([sys.executable, "-m", "harness.execute.calibrate",
-                                   str(path)], capture_output=True, text=True)
-            tail = ((proc.stderr or proc.stdout).strip().splitlines() or ["no output"])[-1]
-            if proc.returncode != 0 or not path.exists():
-                raise HarnessError(f"calibration failed (exit {proc.returncode}): {tail}")
-            data = json.loads(path.read_text())
+        rc, data, tail = Measurement(None).result()
+        if rc != 0 or data is None:
+            raise HarnessError(f"calibration failed (exit {rc}): {tail}")
     gpu = gpu or data["gpu_name"]
-    data["driver"] = env.fingerprint("cuda").get("driver")
+    data["driver"] = fp.get("driver")
     saved = store.save_calibration(root, gpu, data)
     curve = " ".join(f"{b / 2 ** 20:.0f}M:{g:,.0f}" for b, g in data.get("copy_curve", []))
     console.print(f"[bold]{gpu}[/]: copy {data['copy_gbps']:,.0f} GB/s"

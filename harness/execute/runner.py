@@ -52,7 +52,7 @@ class Runner(ProfilerPasses):
         self.device = self.manifest["device"]
         self.passes: dict[str, str] = dict(self.manifest.get("passes", {}))
         self.timeline = Timeline()  # the phases' spans (pass_spans_s); run() restarts it
-        self._calibration = None  # calibrate.Early, started by gpu_idle
+        self._calibration = None  # calibrate.Measurement, started by gpu_idle
         self._idle_lock = threading.Lock()
 
     # -- bookkeeping --------------------------------------------------------------------------
@@ -223,7 +223,7 @@ class Runner(ProfilerPasses):
     def gpu_idle(self, gpu) -> None:
         """GPU `gpu` has done its last case of the run (its last profiler process's cases are
         over, ProfilerPasses._in_turn): the roofline's ceilings, where this GPU model has none
-        cached yet, are measured there now (calibrate.Early), while the profilers write and
+        cached yet, are measured there now (calibrate.Measurement), while the profilers write and
         export their reports, not after them (an empty store's run took 8.6-8.9 s to finish
         on two H100s, most of it calibrating)."""
         from harness.execute.calibrate import start_early
