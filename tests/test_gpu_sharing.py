@@ -399,35 +399,30 @@ def test_whole_memory_is_one_compile_workers_at_a_time_and_gives_the_share_back(
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(("empty",)))
     inside = []
 
-    def hold(name):
-        with sharing.whole_memory(tmp_path, 0.125):
-            inside.append((name, "in"))
-            time.sleep(0.3)
-            inside.append((name, "out"))
+    def two_holders(names, held_s, by_gpu=False):
+        """Two threads 50 ms apart, each holding whole_memory for `held_s` seconds (on the
+        GPU it is named for, `by_gpu`; else on the worker's own)."""
+        def hold(name):
+            with sharing.whole_memory(tmp_path, 0.125, gpu=name if by_gpu else None):
+                inside.append((name, "in"))
+                time.sleep(held_s)
+                inside.append((name, "out"))
 
-    threads = [threading.Thread(target=hold, args=(n,)) for n in ("a", "b")]
-    for t in threads:
-        t.start()
-        time.sleep(0.05)
-    for t in threads:
-        t.join(10)
+        inside.clear()
+        threads = [threading.Thread(target=hold, args=(n,)) for n in names]
+        for t in threads:
+            t.start()
+            time.sleep(0.05)
+        for t in threads:
+            t.join(10)
+
+    two_holders(("a", "b"), 0.3)
     assert [k for _, k in inside] == ["in", "out", "in", "out"]  # never both inside
     assert inside[0][0] == inside[1][0] and inside[2][0] == inside[3][0]
     assert calls == [("fraction", 1.0), ("empty",), ("fraction", 0.125)] * 2
-    inside.clear()  # the workers of two GPUs do not wait for each other
-
-    def hold_on(gpu):
-        with sharing.whole_memory(tmp_path, 0.125, gpu=gpu):
-            inside.append((gpu, "in"))
-            time.sleep(1.0)  # long beside the other's start, on a loaded CI too
-            inside.append((gpu, "out"))
-
-    threads = [threading.Thread(target=hold_on, args=(g,)) for g in ("0", "1")]
-    for t in threads:
-        t.start()
-        time.sleep(0.05)
-    for t in threads:
-        t.join(10)
+    # the workers of two GPUs do not wait for each other (held long beside the other's
+    # start, on a loaded CI too)
+    two_holders(("0", "1"), 1.0, by_gpu=True)
     assert [k for _, k in inside] == ["in", "in", "out", "out"]
 
 

@@ -32,11 +32,11 @@ class Timeline:
             self._spans[name] = [min(s[0], start), max(s[1], end)] if s else [start, end]
 
     def record(self) -> dict[str, list[float]]:
-        """{phase: [start s, end s]} from the run's start, in order of start (the manifest
-        keeps its keys sorted: timeline_line orders them again)."""
+        """{phase: [start s, end s]} from the run's start (unordered: the manifest sorts its
+        keys; timeline_line orders the phases by start)."""
         with self._lock:
-            spans = sorted(self._spans.items(), key=lambda kv: (kv[1][0], kv[0]))
-        return {k: [round(a - self.t0, 2), round(b - self.t0, 2)] for k, (a, b) in spans}
+            return {k: [round(a - self.t0, 2), round(b - self.t0, 2)]
+                    for k, (a, b) in self._spans.items()}
 
 
 def timeline_line(spans: dict[str, list[float]]) -> str:
