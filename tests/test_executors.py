@@ -460,6 +460,37 @@ def test_shard_profilers_deals_both_passes_onto_the_gpus_together():
     per_gpu = shard_profilers(heavy, hc, 2, proc)
     assert all(g.get("nsys") for g in per_gpu)
     assert sorted(c for g in per_gpu for c in g["nsys"]) == sorted(heavy[("nsys", "tc")])
+    # a GPU still measuring for 10 s gets less: its units end with the other GPU's
+    free = shard_profilers(units, cost, 2, proc)
+    late = shard_profilers(units, cost, 2, proc, busy=[0.0, 10.0])
+
+    def work(g):
+        return sum(proc[p] + sum(cost[c] for c in ids) for p, ids in g.items())
+    assert work(late[1]) < work(late[0]) and work(late[1]) < min(work(g) for g in free)
+    assert max(work(late[0]), 10.0 + work(late[1])) < max(work(free[0]), 10.0 + work(free[1]))
+
+
+def test_measure_left_is_each_gpus_later_timings_not_done_yet(tmp_path, test_ops):
+    """What each GPU's time pass still has to do when the profilers are planned: its cases'
+    first timings (wall_s) for every later process that has not timed them yet."""
+    from harness.execute.profiler_early import measure_left_s
+
+    run, ids = _run_dir(tmp_path, ["zeros"])
+    m = store.load_manifest(run)
+    store.update_manifest(run, experiment={**m["experiment"],
+                                           "timing": {**m["experiment"]["timing"],
+                                                      "processes": 3}})
+    walls = {0: [2.0, 1.0], 1: [4.0, 3.0]}
+    for g, ws in walls.items():
+        for c, w in zip(ids[2 * g:2 * g + 2], ws):
+            store.append_part(run, "time", {"case_id": c, "status": "ok", "wall_s": w,
+                                            "gpu": g}, shard=f"gpu{g}")
+    store.append_part(run, "time", {"case_id": "x", "status": "error", "wall_s": 9.0,
+                                    "gpu": 1}, shard="gpu1")  # not timed again
+    store.append_part(run, "time_p2", {"case_id": ids[0], "status": "ok"}, shard="gpu0")
+    store.append_part(run, "time_p2", {"case_id": ids[2], "status": "ok"}, shard="gpu1")
+    # GPU 0: p2 has 1.0 left, p3 3.0; GPU 1: p2 3.0, p3 7.0; GPU 2 measured nothing
+    assert measure_left_s(run, [0, 1, 2]) == [4.0, 10.0, 0.0]
 
 
 def test_profile_shards_weigh_cases_by_the_previous_runs_profiler_seconds(tmp_path):

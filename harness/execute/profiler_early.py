@@ -62,6 +62,22 @@ class Early:
                 ev.set()
 
 
+def measure_left_s(run_dir, gpus: list) -> list[float]:
+    """Per GPU of `gpus` (--gpus shards), the seconds its measure passes still take: its
+    later time processes' cases not timed yet (parts time_p<k>.gpu<g>), each weighed by what
+    its first timing took (parts time.gpu<g>: a later process times a case as long). Where
+    the profiler passes are planned (every case has its first timing) the GPUs' gates open
+    at different times: on two H100s the profilers of the GPU whose shard ended 6.4 s later
+    ran 10.8 s after the other GPU's were done (flash.yaml cold, --gpus all)."""
+    from harness import store
+
+    first = [r for r in store.read_parts(run_dir, "time") if r.get("status") == "ok"]
+    later = [{r["case_id"] for r in store.read_parts(run_dir, part)}
+             for part in store.time_parts(store.time_processes(run_dir))[1:]]
+    return [sum((r.get("wall_s") or 0.0) for r in first if r.get("gpu") == g
+                for done in later if r["case_id"] not in done) for g in gpus]
+
+
 class EarlyStart:
     """ProfilerPasses' early start (needs run_dir, op, device, executor, exp, _done() and
     _profilers())."""

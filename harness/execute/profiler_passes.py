@@ -27,7 +27,7 @@ from harness.execute.executors.process import (Interrupted, describe_rc, run_thr
 from harness.execute.executors.schedule import (PROFILE_CASE_S, PROFILE_PROCESS_S, PROFILE_SETUP_S,
                                         shard_by_impl, shard_profilers)
 from harness.execute.previous import previous_profile_s
-from harness.execute.profiler_early import Early, EarlyStart
+from harness.execute.profiler_early import Early, EarlyStart, measure_left_s
 from harness.execute.profiler_pass import CallStop, ProfilerPass
 
 class ProfilerPasses(EarlyStart):
@@ -97,7 +97,8 @@ class ProfilerPasses(EarlyStart):
         gpus = self.executor.profiler_gpus()
         if len(gpus) > 1 and (len(passes) > 1 or early is not None):
             started = time.monotonic()
-            for p, shards in zip(passes, self._joint_shards(passes, gpus) if len(passes) > 1
+            for p, shards in zip(passes, self._joint_shards(passes, gpus, early is not None)
+                                 if len(passes) > 1
                                  else [self._profile_shards(p.name, p.cases) for p in passes]):
                 p.shards = shards
             if early is not None:
@@ -424,12 +425,14 @@ class ProfilerPasses(EarlyStart):
             state = carry.state
         self._set_pass(prof_name, state)
 
-    def _joint_shards(self, passes: list[ProfilerPass], gpus: list) -> list[list[tuple]]:
+    def _joint_shards(self, passes: list[ProfilerPass], gpus: list,
+                      early: bool = False) -> list[list[tuple]]:
         """Per pass, its (gpu, case ids, out dir) shards when all `passes` share the GPUs
         (schedule.shard_profilers): an implementation's cases under one pass are one unit, and
         a unit weighs the seconds its cases took under that profiler in the previous run (the
         first case's warm-up included), else a per-profiler prior (PROFILE_CASE_S) spread over
-        the cases by their estimated cost, plus a warm-up (PROFILE_SETUP_S)."""
+        the cases by their estimated cost, plus a warm-up (PROFILE_SETUP_S). `early`: a GPU
+        is busy for what its measure passes still take (measure_left_s)."""
         frame = store.load_cases(self.run_dir)
         impl_of = dict(zip(frame.case_id, frame.impl))
         _, est, _ = self.plan()
@@ -448,7 +451,8 @@ class ProfilerPasses(EarlyStart):
                     setup[u] = PROFILE_SETUP_S
         process_s = {p.name: PROFILE_PROCESS_S.get(p.name, PROFILE_PROCESS_S["default"])
                      for p in passes}
-        per_gpu = shard_profilers(units, cost, len(gpus), process_s, setup)
+        per_gpu = shard_profilers(units, cost, len(gpus), process_s, setup,
+                                  measure_left_s(self.run_dir, gpus) if early else None)
         out = []
         for p in passes:
             pos = {c: i for i, c in enumerate(p.cases)}

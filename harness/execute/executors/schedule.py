@@ -210,8 +210,8 @@ def shard_by_impl(case_ids: list[str], impl_of: dict[str, str], cost: dict[str, 
 
 
 def shard_profilers(units: dict[tuple[str, str], list[str]], cost: dict[str, float], n: int,
-                    process_s: dict[str, float], setup: dict[tuple[str, str], float] | None = None
-                    ) -> list[dict[str, list[str]]]:
+                    process_s: dict[str, float], setup: dict[tuple[str, str], float] | None = None,
+                    busy: list[float] | None = None) -> list[dict[str, list[str]]]:
     """Several profiler passes dealt onto n GPUs together: per GPU, {pass: case ids} (each
     GPU runs one process per pass it got, one after the other).
 
@@ -221,14 +221,16 @@ def shard_profilers(units: dict[tuple[str, str], list[str]], cost: dict[str, flo
     that pass costs beyond its cases (start, report). A unit heavier than a GPU's fair share
     is cut in pieces (each paying the setup again). Greedy, largest piece first, onto the GPU
     where it would end soonest, counting the process it would start there: ncu's units
-    gather on one GPU and nsys's on another rather than both passes paying two processes."""
+    gather on one GPU and nsys's on another rather than both passes paying two processes.
+    `busy[i]`: seconds until GPU i is free for them (its measure passes still running)."""
     if n < 1:
         raise ValueError("n must be >= 1")
     setup = setup or {}
+    busy = list(busy) if busy else [0.0] * n
     weight = {u: setup.get(u, 0.0) + sum(cost.get(c, 0.0) for c in ids)
               for u, ids in units.items()}
     passes = list(dict.fromkeys(p for p, _ in units))
-    fair = (sum(weight.values()) + sum(process_s.get(p, 0.0) for p in passes)) / n
+    fair = (sum(weight.values()) + sum(process_s.get(p, 0.0) for p in passes) + sum(busy)) / n
     pieces: list[tuple[float, str, list[str]]] = []
     for u, ids in units.items():
         k = min(n, len(ids), math.ceil(weight[u] / fair - 1e-9)) if n > 1 and fair > 0 else 1
@@ -243,7 +245,7 @@ def shard_profilers(units: dict[tuple[str, str], list[str]], cost: dict[str, flo
             load[j] += cost.get(c, 0.0)
         pieces += [(load[j], u[0], bins[j]) for j in range(k) if bins[j]]
     gpus: list[dict[str, list[str]]] = [{} for _ in range(n)]
-    load = [0.0] * n
+    load = busy
     for w, p, ids in sorted(pieces, key=lambda t: -t[0]):
         def end(i: int) -> float:
             return load[i] + w + (0.0 if p in gpus[i] else process_s.get(p, 0.0))
