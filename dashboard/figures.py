@@ -1,12 +1,9 @@
-"""Figures only the dashboard draws (compare ratios, history, kernel timelines) and the Run
-page's speedup-vs-shape chart as a Vega-Lite spec.
+"""Figures only the dashboard draws: compare ratios, history, kernel timelines (plotly).
 
 The figures shared with reports (speedup vs shape, roofline, stalls, occupancy) live in
 `harness.present.charts`; these take the frames built by `dashboard.data`. The Run page draws
-the report's speedup bars (`charts.speedup_bars`) with Vega-Lite, not plotly: Streamlit's plotly
-bundle is 4.7 MB of JavaScript, and evaluating it held the browser's main thread for ~0.9 s
-(headless Chromium, 2 cores) before the page's tables were drawn; its Vega-Lite bundle (0.8 MB)
-and the chart's drawing take ~0.3 s.
+the report's speedup bars (`charts.speedup_bars`) as a server-drawn SVG
+(`dashboard.speedup_svg`), which needs no charting library in the browser.
 """
 from __future__ import annotations
 
@@ -15,7 +12,6 @@ import plotly.graph_objects as go
 
 from dashboard.compare_data import MARK_COLORS
 from dashboard.data import HISTORY_METRICS
-from harness.present import charts
 
 LAYOUT = dict(template="plotly_white", margin=dict(l=10, r=10, t=50, b=10),
               legend=dict(orientation="h", yanchor="top", y=-0.12, x=0))
@@ -105,47 +101,3 @@ def case_kernels(kernels: pd.DataFrame, case_id: str, event_us: float | None) ->
     fig.update_layout(**LAYOUT, height=max(240, 40 * len(k) + 140), title=case_id,
                       xaxis_title="kernel time (us)", yaxis=dict(autorange="reversed"))
     return fig
-
-
-def speedup_spec(bars: pd.DataFrame, baseline: str) -> dict:
-    """Vega-Lite for `st.vega_lite_chart(bars, spec)`: the report's speedup-vs-shape chart from
-    `charts.speedup_bars` (grouped bars per shape, a colour per candidate, the 1x line of the
-    baseline, each bar's value on it up to charts.MAX_LABELLED_BARS bars, a tooltip with impl,
-    shape, speedup, median and verdict). Bars whose speedup is not significant (same or
-    ambiguous, where the run has marks) are pale, as the report's are hatched; the subtitle
-    names the baseline and says so (a label on the line would sit under the bars)."""
-    impls = list(dict.fromkeys(bars.impl))
-    colors = dict(zip(bars.impl, bars.color))
-    x = {"field": "shape", "type": "nominal", "sort": list(dict.fromkeys(bars["shape"])),
-         "title": None, "axis": {"labelAngle": -90, "labelLimit": 260, "labelFontSize": 10,
-                                   "labelOverlap": "parity"}}
-    x_offset = {"field": "impl", "sort": impls}
-    y = {"field": "speedup", "type": "quantitative", "title": "speedup (x)"}
-    tooltip = [{"field": "impl"}, {"field": "shape"},
-               {"field": "speedup", "format": ".2f", "title": "speedup (x)"},
-               {"field": "median_ms", "format": ".4f", "title": "median ms"}]
-    marks = bars["significant"].notna().any()
-    bar = {"mark": {"type": "bar"}, "encoding": {
-        "x": x, "xOffset": x_offset, "y": y, "tooltip": tooltip + (
-            [{"field": "verdict"}] if marks else []),
-        "color": {"field": "impl", "type": "nominal", "title": None,
-                  "scale": {"domain": impls, "range": [colors[i] for i in impls]},
-                  "legend": {"orient": "bottom", "direction": "horizontal"}}}}
-    if marks:
-        bar["encoding"]["opacity"] = {"condition": {"test": "datum.significant", "value": 1},
-                                      "value": 0.35}
-    layers = [bar]
-    if len(bars) <= charts.MAX_LABELLED_BARS:
-        layers.append({"mark": {"type": "text", "dy": -6, "fontSize": 9},
-                       "transform": [{"calculate": "format(datum.speedup, '.2f') + 'x'",
-                                      "as": "label"}],
-                       "encoding": {"x": x, "xOffset": x_offset, "y": y,
-                                    "text": {"field": "label"}}})
-    layers.append({"mark": {"type": "rule", "strokeDash": [6, 4], "color": "#555"},
-                   "encoding": {"y": {"datum": 1.0}}})
-    notes = [f"dashed: {baseline}, the baseline (1x)"]
-    if marks:
-        notes.append("pale: not a significant difference (same or ambiguous)")
-    title = {"text": charts.SPEEDUP_TITLE, "subtitle": " · ".join(notes)}
-    return {"title": title, "height": 320, "autosize": {"type": "fit-x", "contains": "padding"},
-            "layer": layers}

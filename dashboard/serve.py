@@ -34,7 +34,7 @@ def warm(app_args: list[str], wait_s: float = 60) -> None:
     import pyarrow.dataset  # noqa: F401  (pandas.read_parquet imports it on its first call)
 
     from dashboard import (compare_data, data, figures, runs_table,  # noqa: F401
-                           source_data, tables)
+                           source_data, speedup_svg, tables)
     from harness.present import charts
     from harness.analysis import since, summary  # noqa: F401  # noqa: F401
 

@@ -2,7 +2,8 @@
 flags."""
 import streamlit as st
 
-from dashboard import data, figures, tables
+from dashboard import data, tables
+from dashboard.speedup_svg import speedup_page
 from harness.present import charts
 from harness.analysis.since import change_header
 
@@ -43,8 +44,7 @@ if rd.is_cpu:
 else:
     bars, baseline = charts.speedup_bars(rd.summary)
     if len(bars):
-        st.vega_lite_chart(bars, figures.speedup_spec(bars, baseline), width="stretch",
-                           key="speedup")
+        st.iframe(speedup_page(bars, baseline), height="content")
     else:
         st.info("No speedups: no correct, timed candidate case has a baseline case of its "
                 "shape.")

@@ -76,7 +76,7 @@ def speedup_bars(summary_df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     candidate case, in the summary's order, with shape (its label), impl, speedup, median_ms,
     significant (the speedup mark is faster or slower; None without marks), verdict (the mark's
     text, "" without marks) and color (one per impl of the whole run). Shared by the report's
-    plotly figure and the dashboard's Vega-Lite chart."""
+    plotly figure and the dashboard's SVG chart (dashboard/speedup_svg.py)."""
     cols = ["shape", "impl", "speedup", "median_ms", "significant", "verdict", "color"]
     df = _ok(summary_df)
     if not len(df) or "speedup_vs_baseline" not in df:

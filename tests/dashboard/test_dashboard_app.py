@@ -7,6 +7,8 @@ does.
 from __future__ import annotations
 
 import json
+import re
+import xml.etree.ElementTree as ET
 
 import pandas as pd
 import pytest
@@ -18,6 +20,7 @@ from dashboard import data
 from harness import store
 from harness.analysis.summary import kernel_view, summary_frame
 
+SVG = "{http://www.w3.org/2000/svg}"
 PAGES = {"run": "Run", "roofline": "Roofline", "stalls": "Stalls & occupancy",
          "compare": "Compare", "history": "History", "timeline": "Timeline"}
 
@@ -51,12 +54,10 @@ def _figures(at: AppTest) -> list[dict]:
     return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
 
 
-def _vega(at: AppTest) -> list[tuple[dict, pd.DataFrame]]:
-    """Each Vega-Lite chart's spec and the data Streamlit sends with it."""
-    import pyarrow as pa
-
-    return [(json.loads(el.proto.spec), pa.ipc.open_stream(el.proto.data.data).read_pandas())
-            for el in at.get("vega_lite_chart")]
+def _speedup_svg(at: AppTest) -> list[ET.Element]:
+    """The SVG of each speedup chart (an st.iframe of speedup_svg's page)."""
+    return [ET.fromstring(re.search(r"<svg.*</svg>", el.proto.srcdoc, re.S).group(0))
+            for el in at.get("iframe")]
 
 
 def _texts(elements) -> str:
@@ -153,7 +154,7 @@ def test_examples_render_on_every_page(monkeypatch, empty_store, run):
 def test_page_widgets_and_figures(monkeypatch, user_store, example_run, page, charts):
     at = _page(_app(monkeypatch, user_store, run=example_run), page)
     assert not at.error
-    assert len(at.get("plotly_chart")) + len(at.get("vega_lite_chart")) == charts
+    assert len(at.get("plotly_chart")) + len(at.get("iframe")) == charts
     assert len(at.dataframe) >= 1
     assert example_run.name in at.caption[0].value or page == "history"
 
@@ -170,14 +171,15 @@ def test_run_page_summary_speedups_and_flags(monkeypatch, user_store, example_ru
         assert f"{flagged} of" in _texts(at.warning)
     else:
         assert "no validity flags" in _texts(at.success)
-    ((spec, bars),) = _vega(at)  # speedup vs shape: one bar per correct candidate case
+    (svg,) = _speedup_svg(at)  # speedup vs shape: one bar per correct candidate case
+    bars = svg.findall(f".//{SVG}rect[@class='bar']")
     df = summary_frame(example_run)
     cand = df[(df.role == "candidate") & (df.status == "ok") & (df.correct != False)  # noqa: E712
               & df.speedup_vs_baseline.notna()]
     assert 0 < len(bars) == len(cand)
-    assert sorted(bars.speedup) == pytest.approx(sorted(cand.speedup_vs_baseline))
-    color = spec["layer"][0]["encoding"]["color"]
-    assert set(color["scale"]["domain"]) == set(bars.impl) == set(cand.impl)
+    assert {b.get("data-impl") for b in bars} == set(cand.impl)
+    tips = sorted(float(b.get("data-tip").split("speedup (x) ")[1].split()[0]) for b in bars)
+    assert tips == pytest.approx(sorted(cand.speedup_vs_baseline), abs=0.006)
     assert not at.get("plotly_chart")
 
 
@@ -283,7 +285,7 @@ def test_cpu_run_pages(monkeypatch, cpu_run, example_run):
     at = _app(monkeypatch, cpu_run.parent, run=cpu_run)
     _page(at, "run")
     assert "CPU run" in _texts(at.warning) and not at.get("plotly_chart")
-    assert not at.get("vega_lite_chart") and "No speedups for a CPU run" in _texts(at.info)
+    assert not at.get("iframe") and "No speedups for a CPU run" in _texts(at.info)
     _page(at, "stalls")
     assert "no ncu metrics" in _texts(at.info)
     _page(at, "timeline")

@@ -10,10 +10,9 @@ import pytest
 from dash_helpers import copy_run, make_corrupt_runs
 from rich.console import Console
 
-from dashboard import compare_data, data, figures, launch, runs_table
+from dashboard import compare_data, data, launch, runs_table
 from harness.cli import build_parser
 from harness.analysis.summary import summary_frame
-from harness.present import charts
 from harness.errors import HarnessError
 
 
@@ -132,41 +131,6 @@ def test_selection_and_default_run():
     assert runs_table.find_run(table, "mid") == "/m"
     assert runs_table.find_run(table, "nope") == data.NONE
     assert runs_table.default_run(table[table.problem != ""]) == "/m"  # only a broken one: its card
-
-
-def test_speedup_spec_draws_the_report_bars(example_run):
-    """The Run page's Vega-Lite speedup chart: the report's bars (charts.speedup_bars), labelled
-    while few, pale where the report hatches (not significant), the baseline named."""
-    df = summary_frame(example_run)
-    bars, baseline = charts.speedup_bars(df)
-    fig = charts.speedup_vs_shape(df)  # the report's figure: the same bars
-    assert list(bars.impl.unique()) == [t.name for t in fig.data]
-    for t in fig.data:
-        assert list(bars[bars.impl == t.name].speedup) == list(t.y)
-        assert list(bars[bars.impl == t.name]["shape"]) == list(t.x)
-    assert baseline == df[df.role == "baseline"].impl.iloc[0]
-    spec = figures.speedup_spec(bars, baseline)
-    bar, *rest = spec["layer"]
-    assert bar["encoding"]["color"]["scale"]["domain"] == list(bars.impl.unique())
-    assert {t["field"] for t in bar["encoding"]["tooltip"]} == {"impl", "shape", "speedup",
-                                                                  "median_ms"}
-    assert "opacity" not in bar["encoding"] and baseline in spec["title"]["subtitle"]
-    assert [layer["mark"]["type"] for layer in rest] == ["text", "rule"]  # labels, 1x line
-    many, _ = charts.speedup_bars(pd.concat([df] * 5, ignore_index=True))
-    assert len(many) > charts.MAX_LABELLED_BARS
-    assert [la["mark"]["type"] for la in figures.speedup_spec(many, baseline)["layer"]] == [
-        "bar", "rule"]  # too many labels to read: the tooltip has them
-    fast = bars.impl.iloc[0]  # marks as report_context writes them: this impl faster, others same
-    marked, _ = charts.speedup_bars(df.assign(
-        speedup_mark=["faster" if i == fast else "same" for i in df.impl],
-        speedup_text=[f"{i}: verdict" for i in df.impl]))
-    assert list(marked.significant) == list(marked.impl == fast)
-    assert list(marked.verdict) == [f"{i}: verdict" for i in marked.impl]
-    spec = figures.speedup_spec(marked, baseline)
-    bar = spec["layer"][0]["encoding"]
-    assert "pale: not a significant difference" in spec["title"]["subtitle"]
-    assert bar["opacity"]["condition"]["test"] == "datum.significant"
-    assert {"field": "verdict"} in bar["tooltip"]
 
 
 def test_kernel_rows_match_the_nsys_totals(example_run):
