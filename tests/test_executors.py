@@ -493,6 +493,38 @@ def test_measure_left_is_each_gpus_later_timings_not_done_yet(tmp_path, test_ops
     assert measure_left_s(run, [0, 1, 2]) == [4.0, 10.0, 0.0]
 
 
+def test_joint_profiler_shards_weigh_what_loading_each_case_cost(tmp_path, test_ops):
+    """A cold run (no earlier profile) weighs a unit's start-up by what its cases' first calls
+    cost a fresh process of this run (parts/load, written by the time pass's later process):
+    an implementation that loads for 10 s a case is heavy under both profilers, so its two
+    processes go to different GPUs; without load records every unit pays the flat prior."""
+    from harness.execute.prewarm import LOAD_PART, load_seconds
+    from harness.execute.runner import Runner
+
+    run, ids = _run_dir(tmp_path, ["zeros", "nan"])
+    r = Runner(run, Console(file=open(os.devnull, "w")), GpuExecutor([0, 1]))
+    passes = [SimpleNamespace(name="ncu", cases=ids), SimpleNamespace(name="nsys", cases=ids)]
+
+    def where(shards):  # (pass, impl) -> the GPU its cases went to
+        out = {}
+        for p, per in zip(("ncu", "nsys"), shards):
+            for gpu, cases, _ in per:
+                for c in cases:
+                    assert out.setdefault((p, c.split(".")[0]), gpu) == gpu  # one process
+        return out
+    assert sorted(where(r._joint_shards(passes, [0, 1]))) == sorted(
+        (p, i) for p in ("ncu", "nsys") for i in ("torch", "zeros", "nan"))
+    for c in ids:  # the torch baseline loads nothing: no record
+        if not c.startswith("torch."):
+            store.append_part(run, LOAD_PART, {"case_id": c, "status": "ok",
+                                               "load_s": 10.0 if c.startswith("zeros.") else 0.1},
+                              shard="gpu1")
+    assert load_seconds(run) == {c: (10.0 if c.startswith("zeros.") else 0.1) for c in ids
+                                 if not c.startswith("torch.")}
+    got = where(r._joint_shards(passes, [0, 1]))
+    assert got[("ncu", "zeros")] != got[("nsys", "zeros")]
+
+
 def test_profile_shards_weigh_cases_by_the_previous_runs_profiler_seconds(tmp_path):
     from harness.execute.previous import previous_profile_s
     from run_factory import write_run

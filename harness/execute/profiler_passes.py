@@ -21,7 +21,7 @@ from rich.progress import Progress
 from harness.machine import env as envmod
 from harness import store
 from harness.experiment import spec
-from harness.execute import profile_carry, sharing
+from harness.execute import prewarm, profile_carry, sharing
 from harness.execute.executors.process import (Interrupted, describe_rc, run_threads,
                                                stream, worker_argv, worker_env)
 from harness.execute.executors.schedule import (PROFILE_CASE_S, PROFILE_PROCESS_S, PROFILE_SETUP_S,
@@ -431,14 +431,14 @@ class ProfilerPasses(EarlyStart):
         (schedule.shard_profilers): an implementation's cases under one pass are one unit, and
         a unit weighs the seconds its cases took under that profiler in the previous run (the
         first case's warm-up included), else a per-profiler prior (PROFILE_CASE_S) spread over
-        the cases by their estimated cost, plus a warm-up (PROFILE_SETUP_S). `early`: a GPU
-        is busy for what its measure passes still take (measure_left_s)."""
-        frame = store.load_cases(self.run_dir)
-        impl_of = dict(zip(frame.case_id, frame.impl))
+        the cases by their estimated cost, plus a warm-up: their first calls' cost in a fresh
+        process of this run (prewarm.load_seconds), else PROFILE_SETUP_S. `early`: a GPU is
+        busy for what its measure passes still take (measure_left_s)."""
+        impl_of = store.load_cases(self.run_dir).set_index("case_id").impl.to_dict()
         _, est, _ = self.plan()
         units: dict[tuple[str, str], list[str]] = {}
         cost: dict[str, float] = {}  # keyed "pass|case": a case is in several passes
-        setup: dict[tuple[str, str], float] = {}
+        setup, loads = {}, prewarm.load_seconds(self.run_dir)  # (pass, impl) -> s, case -> s
         for p in passes:
             seen = previous_profile_s(self.run_dir, p.name)
             mean = sum(est.get(c, 0.0) for c in p.cases) / max(1, len(p.cases)) or 1.0
@@ -448,7 +448,7 @@ class ProfilerPasses(EarlyStart):
                 units.setdefault(u, []).append(f"{p.name}|{c}")
                 cost[f"{p.name}|{c}"] = seen[c] if c in seen else prior * est.get(c, mean) / mean
                 if c not in seen:
-                    setup[u] = PROFILE_SETUP_S
+                    setup[u] = setup.get(u, 0.0) + loads.get(c, 0.0) if loads else PROFILE_SETUP_S
         process_s = {p.name: PROFILE_PROCESS_S.get(p.name, PROFILE_PROCESS_S["default"])
                      for p in passes}
         per_gpu = shard_profilers(units, cost, len(gpus), process_s, setup,

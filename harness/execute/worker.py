@@ -296,7 +296,7 @@ class Worker:
         if prewarm:
             if load_after:
                 sharing.wait_turn(load_after)
-            self.prewarm(only)
+            self.prewarm(only, shard)
         only = self.wait_turn(wait_for) if wait_for else only
         claim = sharing.Claims(claims) if claims else None
         tuning.take_new_picks()  # picks timed before this loop are no case's of it
@@ -341,44 +341,11 @@ class Worker:
                 emit("end", name=part)
         return 0
 
-    def prewarm(self, only: list[str] | None) -> None:
-        """One untimed call of each case that loads something on its first call in a process
-        (PREWARM_BACKENDS: torch.compile graphs traced, compiled kernels loaded, a library's
-        plans made), torch.compile's first: so that this process's timing starts warm. An
-        eager torch case loads nothing per case; calling it would only take the GPU from the
-        process it runs beside. Tuners and autotuners compile and time nothing
-        (harness.tuning.compile_only), nothing is recorded or kept, and each call holds the GPU
-        lock shared (it waits while another process times). Best effort: a call that fails is
-        the time pass's to record."""
-        from harness import tuning
-        from harness.tuning import gpu_lock
-        from harness.tuning.autotune import steering
+    def prewarm(self, only: list[str] | None, shard: str | None = None) -> None:
+        """One untimed call of each case that loads something (harness.execute.prewarm)."""
+        from harness.execute.prewarm import prewarm
 
-        cases = {c[0]: c for c in self.cases}
-        order = [c for c in (only if only is not None else list(cases)) if c in cases]
-        backend = {c: impl_backend(self.op, cases[c][1]) for c in order}
-        order = sorted((c for c in order if backend[c] in PREWARM_BACKENDS),
-                       key=lambda c: PREWARM_BACKENDS.index(backend[c]))
-        for case_id in order:
-            _, impl_name, params, dtype = cases[case_id]
-            emit("start", name="prewarm", case_id=case_id)
-            status = "ok"
-            try:
-                impl = self.op.get_impl(impl_name)
-                if impl.reason_unavailable(params, dtype, self.device) is None:
-                    forced = impl.split_config(self.forced.get(case_id) or {})
-                    with gpu_lock.shared(), tuning.forcing(forced), tuning.compile_only(), \
-                            steering(impl):
-                        fn, _ = self._prepare(impl, params, dtype, case_id)
-                        fn()
-                        self._sync()
-                        fn = None
-            except Exception:
-                traceback.print_exc()
-                status = "error"
-            tuning.take_new_picks()
-            self._release(collect=False)
-            emit("done", name="prewarm", case_id=case_id, status=status)
+        prewarm(self, only, shard)
 
     def _release(self, collect: bool = True) -> None:
         """Hand the last case's memory back to the GPU (another process shares it): torch's

@@ -1,0 +1,75 @@
+"""A waiting worker's untimed first calls (`worker --prewarm`), and what each one cost.
+
+A process started ahead of its turn (the time pass's later process, a profiler process) calls
+once each case that loads something on its first call in a process (worker.PREWARM_BACKENDS:
+torch.compile graphs traced, compiled kernels loaded, a library's plans made), torch.compile's
+first: so that its timing or profiling starts warm. An eager torch case loads nothing per case;
+calling it would only take the GPU from the process it runs beside. Tuners and autotuners
+compile and time nothing (harness.tuning.compile_only), nothing of the call is kept, and each
+call holds the GPU lock shared (it waits while another process times). Best effort: a call that
+fails is the time pass's to record.
+
+Each call's seconds (from the lock's grant to the synchronised end: loading, not waiting) go to
+parts/load[.<shard>].jsonl, `{case_id, load_s, status}`: what that case costs a fresh process
+before its first useful call. The profiler passes' planner weighs a GPU's share with them
+(ProfilerPasses._joint_shards): on two GPUs, an nsys process given torch.compile's 40 cases spent
+8-10 s loading their graphs after its turn, while the other GPU's profilers had ended.
+"""
+from __future__ import annotations
+
+import time
+import traceback
+
+from harness import store
+
+LOAD_PART = "load"
+
+
+def prewarm(worker, only: list[str] | None, shard: str | None = None) -> None:
+    """`worker` (a harness.execute.worker.Worker) calls each of `only` (its cases if None)
+    that loads something, once, untimed; records each call's load seconds."""
+    from harness import tuning
+    from harness.execute.worker import PREWARM_BACKENDS, emit, impl_backend
+    from harness.tuning import gpu_lock
+    from harness.tuning.autotune import steering
+
+    cases = {c[0]: c for c in worker.cases}
+    order = [c for c in (only if only is not None else list(cases)) if c in cases]
+    backend = {c: impl_backend(worker.op, cases[c][1]) for c in order}
+    order = sorted((c for c in order if backend[c] in PREWARM_BACKENDS),
+                   key=lambda c: PREWARM_BACKENDS.index(backend[c]))
+    for case_id in order:
+        _, impl_name, params, dtype = cases[case_id]
+        emit("start", name="prewarm", case_id=case_id)
+        status, load_s = "ok", None
+        try:
+            impl = worker.op.get_impl(impl_name)
+            if impl.reason_unavailable(params, dtype, worker.device) is None:
+                forced = impl.split_config(worker.forced.get(case_id) or {})
+                with gpu_lock.shared(), tuning.forcing(forced), tuning.compile_only(), \
+                        steering(impl):
+                    began = time.perf_counter()
+                    fn, _ = worker._prepare(impl, params, dtype, case_id)
+                    fn()
+                    worker._sync()
+                    load_s = time.perf_counter() - began
+                    fn = None
+        except Exception:
+            traceback.print_exc()
+            status = "error"
+        tuning.take_new_picks()
+        worker._release(collect=False)
+        if load_s is not None:
+            try:
+                store.append_part(worker.run_dir, LOAD_PART, {
+                    "case_id": case_id, "load_s": round(load_s, 4), "status": status},
+                    shard=shard)
+            except OSError:  # a record of what loading cost is not worth failing the process
+                traceback.print_exc()
+        emit("done", name="prewarm", case_id=case_id, status=status)
+
+
+def load_seconds(run_dir) -> dict[str, float]:
+    """case_id -> what its first call cost a fresh process of this run (the latest record)."""
+    return {r["case_id"]: float(r["load_s"]) for r in store.read_parts(run_dir, LOAD_PART)
+            if isinstance(r.get("load_s"), (int, float))}
