@@ -1,7 +1,7 @@
 """A waiting worker's untimed first calls (`worker --prewarm`), and what each one cost.
 
 A process started ahead of its turn (the time pass's later process, a profiler process) calls
-once each case that loads something on its first call in a process (worker.PREWARM_BACKENDS:
+once each case that loads something on its first call in a process (PREWARM_BACKENDS:
 torch.compile graphs traced, compiled kernels loaded, a library's plans made), torch.compile's
 first: so that its timing or profiling starts warm. An eager torch case loads nothing per case;
 calling it would only take the GPU from the process it runs beside. Tuners and autotuners
@@ -19,23 +19,27 @@ from __future__ import annotations
 
 import time
 import traceback
+from typing import Callable
 
 from harness import store
 
 LOAD_PART = "load"
+# what loads something on its first call in a process, costliest first
+PREWARM_BACKENDS = ("compile", "library", "triton")
 
 
-def prewarm(worker, only: list[str] | None, shard: str | None = None) -> None:
+def prewarm(worker, only: list[str] | None, shard: str | None, emit: Callable,
+            backend_of: Callable[[str], str | None]) -> None:
     """`worker` (a harness.execute.worker.Worker) calls each of `only` (its cases if None)
-    that loads something, once, untimed; records each call's load seconds."""
+    whose implementation's backend (`backend_of`) loads something, once, untimed; records
+    each call's load seconds; `emit` is the worker's progress line (start/done, `prewarm`)."""
     from harness import tuning
-    from harness.execute.worker import PREWARM_BACKENDS, emit, impl_backend
     from harness.tuning import gpu_lock
     from harness.tuning.autotune import steering
 
     cases = {c[0]: c for c in worker.cases}
     order = [c for c in (only if only is not None else list(cases)) if c in cases]
-    backend = {c: impl_backend(worker.op, cases[c][1]) for c in order}
+    backend = {c: backend_of(cases[c][1]) for c in order}
     order = sorted((c for c in order if backend[c] in PREWARM_BACKENDS),
                    key=lambda c: PREWARM_BACKENDS.index(backend[c]))
     for case_id in order:

@@ -46,8 +46,6 @@ from harness.machine.env import gpu_state
 EXIT_CONTEXT_DEAD = 3
 PASSES = ("check", "time", "profile", "torch_profiler", "warm", "ab")
 WARM_BACKENDS = ("triton", "compile")  # what JIT-compiles on its first call
-# what loads something on its first call in a process, costliest first (Worker.prewarm)
-PREWARM_BACKENDS = ("compile", "library", "triton")
 WARM_MEMORY_FRACTION_ENV = "HARNESS_WARM_MEMORY_FRACTION"
 NVTX_DOMAIN = "harness"
 CPU_REP_MS = 200.0  # the time pass's budget per case on the CPU
@@ -345,7 +343,7 @@ class Worker:
         """One untimed call of each case that loads something (harness.execute.prewarm)."""
         from harness.execute.prewarm import prewarm
 
-        prewarm(self, only, shard)
+        prewarm(self, only, shard, emit, lambda impl_name: impl_backend(self.op, impl_name))
 
     def _release(self, collect: bool = True) -> None:
         """Hand the last case's memory back to the GPU (another process shares it): torch's
