@@ -34,7 +34,7 @@ INK, GRID, MUTED = "#31333f", "#e6e9ef", "#6b6f7b"
 PALE = 0.35
 
 PAGE = """<!doctype html><html><head><meta charset="utf-8"><style>
-body{margin:0;font-family:"Source Sans Pro","Source Sans 3",sans-serif}
+body{margin:0;background:#fff;font-family:"Source Sans Pro","Source Sans 3",sans-serif}
 svg{display:block;width:100%;height:auto}
 .bar:hover{stroke:#111;stroke-width:1.5}
 #tip{position:fixed;display:none;pointer-events:none;white-space:pre;background:#fff;
