@@ -59,11 +59,13 @@ COMPARED_METRICS = (
 METRIC_LABEL = {name: (label, fmt) for _, name, label, fmt, _, _ in COMPARED_METRICS}
 # threshold: the band a change had to clear; mde: the smallest change the pair would mark with
 # 80 % power; method: paired (harness ab) | measured (between-process spread) | floor (A/A
-# floor: runs stored before the time pass used several processes) | cpu | missing
+# floor: runs stored before the time pass used several processes) | cpu | missing;
+# clock_explained / shape_explained: a mark the SM clock's move / the shape's unchanged
+# implementations explain, not credited (analysis.diff.clock_explained, analysis.controls)
 TIME_COLUMNS = ["key", "op", "impl", "params", "dtype", "base_case_id", "cand_case_id",
                 "base_ms", "cand_ms", "ratio", "ci_low", "ci_high", "p_value", "mark", "text",
                 "base_n", "cand_n", "base_correct", "cand_correct", "threshold", "evidence",
-                "clock_explained", "mde", "method"]
+                "clock_explained", "shape_explained", "mde", "method"]
 METRIC_COLUMNS = ["key", "impl", "name", "base", "cand", "delta", "rel_delta"]
 @dataclass
 class Comparison:
@@ -185,7 +187,10 @@ def compare_runs(base_dir, cand_dir, *, allow_incomparable: bool = False,
         time_rows.append(row)
         metric_rows.extend(metric_deltas(key, r["impl"], rb, rc))
     metrics = pd.DataFrame(metric_rows, columns=METRIC_COLUMNS)
+    from harness.analysis import controls
     from harness.analysis.evidence import autotune_note, evidence
+
+    controls.review(time_rows, base_rows, cand_rows)  # marks the shape's controls explain
 
     for row in time_rows:  # what explains the pair (list): config, compiled, metrics, code
         row["evidence"] = evidence(row["key"], base_rows[row["base_case_id"]],

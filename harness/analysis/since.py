@@ -164,13 +164,23 @@ def _notes(mp: dict, m: dict, t: pd.DataFrame) -> list[str]:
         out.append(f"not credited, the SM clock explains {len(clock)} change"
                    f"{'s' if len(clock) != 1 else ''}: {'; '.join(keys)}"
                    + (f" … and {len(clock) - 3} more" if len(clock) > 3 else ""))
+    shape = t[t.shape_explained.astype(bool)]
+    if len(shape):  # likewise the marks the shape's unchanged implementations explain
+        keys = [f"{r['key']} ({_ratio_text(float(r['ratio']))})"
+                for r in shape.head(3).to_dict("records")]
+        out.append(f"not credited, the same shape's unchanged implementations moved as much: "
+                   f"{len(shape)} change{'s' if len(shape) != 1 else ''}: {'; '.join(keys)}"
+                   + (f" … and {len(shape) - 3} more" if len(shape) > 3 else ""))
     return out
+
+
+def _ratio_text(ratio: float) -> str:
+    return f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
 
 
 def _clock_part(r: dict) -> str:
     """`1.12x slower, SM clock 1935 → 1718 MHz` for a pair the clock explains."""
-    ratio = float(r["ratio"])
-    change = f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
+    change = _ratio_text(float(r["ratio"]))
     clock = next((e for e in r["evidence"] if e.startswith("SM clock ")), "SM clock moved")
     return f"{change}, {clock}"
 
