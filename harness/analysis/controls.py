@@ -37,12 +37,12 @@ DURATION_FACTOR = 2.0  # a control runs within 2x of the case's time (like kerne
 JUDGED = ("measured",)  # the method whose marks the rule reviews (and whose pairs serve)
 
 
-def controls_ratio(row: dict, rows: list[dict], base_rows: dict, cand_rows: dict) -> tuple:
-    """(k, controls' implementations) of one pair: `rows` are the comparison's time rows."""
+def controls_ratio(row: dict, shape: list[dict], base_rows: dict, cand_rows: dict) -> tuple:
+    """(k, controls' implementations) of one pair: `shape` are the time rows of its op,
+    params and dtype."""
     picked = []
-    for r in rows:
-        if (r is row or r["impl"] == row["impl"] or r["op"] != row["op"]
-                or r["params"] != row["params"] or r["dtype"] != row["dtype"]):
+    for r in shape:
+        if r is row or r["impl"] == row["impl"]:
             continue
         ratio, base_ms, own = r.get("ratio"), r.get("base_ms"), row.get("base_ms")
         if not (_pos(ratio) and _pos(base_ms) and _pos(own)):
@@ -61,11 +61,15 @@ def controls_ratio(row: dict, rows: list[dict], base_rows: dict, cand_rows: dict
 
 def review(rows: list[dict], base_rows: dict, cand_rows: dict) -> None:
     """Marks that the shape's controls explain become `ambiguous`, saying so (in place)."""
-    for row in rows:  # a control's ratio, not its mark, counts: the order does not matter
+    shapes: dict[tuple, list[dict]] = {}
+    for row in rows:
         row.setdefault("shape_explained", False)
+        shapes.setdefault((row["op"], row["params"], row["dtype"]), []).append(row)
+    for row in rows:  # a control's ratio, not its mark, counts: the order does not matter
         if row.get("mark") not in ("faster", "slower") or row.get("method") not in JUDGED:
             continue
-        k, impls = controls_ratio(row, rows, base_rows, cand_rows)
+        k, impls = controls_ratio(row, shapes[(row["op"], row["params"], row["dtype"])],
+                                  base_rows, cand_rows)
         if k is None or not explained(row["mark"], row["ci_low"], row["ci_high"], k,
                                       row["threshold"]):
             continue
