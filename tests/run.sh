@@ -15,7 +15,7 @@ if [ -n "${PYTHONDONTWRITEBYTECODE:-}" ] && [ -z "${PYTHONPYCACHEPREFIX:-}" ] \
   export PYTHONPYCACHEPREFIX="${XDG_CACHE_HOME:-$HOME/.cache}/kernel-lab/pycache"
 fi
 NOCOMPILE=--no-compile
-[ -n "${PYTHONDONTWRITEBYTECODE:-}" ] && NOCOMPILE=   # bytecode cannot be kept: pip's it is
+[ -n "${PYTHONDONTWRITEBYTECODE:-}" ] && NOCOMPILE=   # none can be written later: pip's now
 python -m pip install -q $NOCOMPILE torch==2.13.0
 python -m pip install -q $NOCOMPILE -e '.[test,ray]'   # ray: the --ray local smoke test
 if ! command -v chromium >/dev/null 2>&1; then   # Debian's chromium for the dashboard e2e test

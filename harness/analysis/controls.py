@@ -2,9 +2,9 @@
 
 Two runs of unchanged code differ case by case beyond what each run's own between-process spread
 predicts (analysis.spread), and the excess is shared by the implementations of one shape that run
-at a like speed: in one A/A pair of flash.yaml on an H100, sdpa_cudnn and triton_flash at causal
-D=128 (0.28-1.7 ms) all ran 1.3-3.0 % faster in the second run while naive attention, 5-50x
-slower, moved < 0.5 %; in another, triton_flash B=8 N=2048 D=64 bf16 ran 1.4 % slower beside
+at a like speed: in one A/A pair of flash.yaml on an H100, sdpa_cudnn and triton_flash ran
+1.9-3.0 % faster in the second run at five of the six causal D=128 shapes with N >= 4096 while
+naive attention, several times slower, moved < 0.8 %; in another, triton_flash B=8 N=2048 D=64 bf16 ran 1.4 % slower beside
 sdpa_cudnn (0.7 %), sdpa_flash (1.2 %) and torch_compile at that shape. So, as with the SM clock
 (analysis.diff.clock_explained), a marked change is not credited where its controls explain it:
 
