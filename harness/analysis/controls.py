@@ -32,6 +32,7 @@ import math
 import numpy as np
 
 from harness.analysis.diff import same_code
+from harness.values import finite
 
 DURATION_FACTOR = 2.0  # a control runs within 2x of the case's time (like kernels, like drift)
 JUDGED = ("measured",)  # the method whose marks the rule reviews (and whose pairs serve)
@@ -91,7 +92,5 @@ def explained(mark: str, ci_low: float, ci_high: float, k: float, band: float) -
 
 
 def _pos(x) -> bool:
-    try:
-        return math.isfinite(float(x)) and float(x) > 0
-    except (TypeError, ValueError):
-        return False
+    v = finite(x)
+    return v is not None and 0 < v < math.inf

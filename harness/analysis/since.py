@@ -158,20 +158,24 @@ def _notes(mp: dict, m: dict, t: pd.DataFrame) -> list[str]:
     fixed = t[~t.base_correct & t.cand_correct]
     if len(fixed):
         out.append(f"now correct: {len(fixed)} case{'s' if len(fixed) != 1 else ''}")
+    # said, not hidden: the marks the clock's move, or the shape's unchanged implementations,
+    # explain (analysis.compare, analysis.controls)
     clock = t[t.clock_explained.astype(bool)]
-    if len(clock):  # said, not hidden: the marks the clock's move explains (analysis.compare)
-        keys = [f"{r['key']} ({_clock_part(r)})" for r in clock.head(3).to_dict("records")]
-        out.append(f"not credited, the SM clock explains {len(clock)} change"
-                   f"{'s' if len(clock) != 1 else ''}: {'; '.join(keys)}"
-                   + (f" … and {len(clock) - 3} more" if len(clock) > 3 else ""))
+    if len(clock):
+        out.append(_uncredited("not credited, the SM clock explains", clock, _clock_part))
     shape = t[t.shape_explained.astype(bool)]
-    if len(shape):  # likewise the marks the shape's unchanged implementations explain
-        keys = [f"{r['key']} ({_ratio_text(float(r['ratio']))})"
-                for r in shape.head(3).to_dict("records")]
-        out.append(f"not credited, the same shape's unchanged implementations moved as much: "
-                   f"{len(shape)} change{'s' if len(shape) != 1 else ''}: {'; '.join(keys)}"
-                   + (f" … and {len(shape) - 3} more" if len(shape) > 3 else ""))
+    if len(shape):
+        out.append(_uncredited("not credited, the same shape's unchanged implementations moved "
+                               "as much:", shape, lambda r: _ratio_text(float(r["ratio"]))))
     return out
+
+
+def _uncredited(lead: str, rows: pd.DataFrame, part) -> str:
+    """`<lead> 2 changes: key (part); key (part)` naming at most three, then how many more."""
+    n = len(rows)
+    keys = [f"{r['key']} ({part(r)})" for r in rows.head(3).to_dict("records")]
+    return (f"{lead} {n} change{'s' if n != 1 else ''}: {'; '.join(keys)}"
+            + (f" … and {n - 3} more" if n > 3 else ""))
 
 
 def _ratio_text(ratio: float) -> str:
