@@ -1,0 +1,74 @@
+"""harness.execute.quick_exit: a harness process ends with its status, its output and its
+atexit work done, and without the interpreter's teardown (HARNESS_QUICK_EXIT=0: the ordinary
+exit)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.execute.quick_exit import exit_code
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# a process that leaves output buffered, an atexit callback, a non-daemon thread still working
+# and an object whose finaliser only the interpreter's teardown runs
+SCRIPT = """
+import atexit, sys, threading, time
+from harness.execute.quick_exit import quick_exit
+
+class Torn:
+    def __del__(self):
+        sys.stdout.write("torn down\\n")
+        sys.stdout.flush()
+
+keep = Torn()
+atexit.register(lambda: sys.stdout.write("atexit ran\\n"))
+threading.Thread(target=lambda: (time.sleep(0.3), sys.stdout.write("thread done\\n"))).start()
+sys.stdout.write("buffered, no newline flush")
+quick_exit({code})
+"""
+
+
+def _run(code: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", SCRIPT.format(code=code)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+
+
+def test_the_status_output_threads_and_atexit_survive_and_the_teardown_is_skipped():
+    p = _run("3")
+    assert p.returncode == 3
+    assert p.stdout.startswith("buffered, no newline flush")
+    assert p.stdout.index("thread done") < p.stdout.index("atexit ran")
+    assert "torn down" not in p.stdout  # the interpreter's teardown did not run
+
+
+def test_off_it_is_the_interpreters_own_exit():
+    p = _run("3", HARNESS_QUICK_EXIT="0")
+    assert p.returncode == 3
+    assert "atexit ran" in p.stdout and "thread done" in p.stdout
+    assert "torn down" in p.stdout
+
+
+@pytest.mark.parametrize("code, status, err", [("None", 0, ""), ("True", 1, ""),
+                                               ("'bad input'", 1, "bad input")])
+def test_a_code_ends_the_process_as_system_exit_would(code, status, err):
+    p = _run(code)
+    assert p.returncode == status
+    assert p.stderr.strip() == err
+
+
+def test_exit_code_is_system_exits():
+    assert [exit_code(c) for c in (None, 0, 2, 130, True, "message")] == [0, 0, 2, 130, 1, 1]
+
+
+def test_the_cli_ends_through_it_with_its_status(tmp_path):
+    """`python -m harness`: a bad experiment file is exit 2 and one error line, as before."""
+    p = subprocess.run([sys.executable, "-m", "harness", "run", str(tmp_path / "nope.yaml")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2
+    assert p.stderr.strip().startswith("error: ") and "nope.yaml" in p.stderr
