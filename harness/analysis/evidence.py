@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import math
 
-import pandas as pd
-
 from harness.analysis.diff import clock_moved, clock_ratio
 from harness.values import finite as _num
 
@@ -145,9 +143,10 @@ def compiled_diff(a, b) -> list[str] | None:
     return out
 
 
-def evidence(key: str, rb: dict, rc: dict, metrics: pd.DataFrame) -> list[str]:
+def evidence(rb: dict, rc: dict, moved_rows: list[dict]) -> list[str]:
     """What explains a change: launch config, registers/spills/shared memory, occupancy, DRAM,
-    kernels per call, top stall (the metrics `compare` found moved), and the code hash."""
+    kernels per call, top stall (`moved_rows`: the pair's records of the metrics `compare`
+    found moved), and the code hash."""
     out = []
     cfg = config_diff(rb.get("config"), rc.get("config"))
     has_cfg = _record(rb.get("config")) is not None and _record(rc.get("config")) is not None
@@ -155,8 +154,7 @@ def evidence(key: str, rb: dict, rc: dict, metrics: pd.DataFrame) -> list[str]:
         out.append(cfg)
     comp = compiled_diff(rb.get("compiled"), rc.get("compiled"))
     out += comp or []
-    moved = {r["name"]: r for r in (metrics[metrics.key == key] if len(metrics) else
-                                    metrics).to_dict("records")}
+    moved = {r["name"]: r for r in moved_rows}
     for name in [*EVIDENCE_METRICS, "top_stall"]:  # launch, compiled, occupancy, DRAM, ...
         r = moved.get(name)
         if r is None or (name in LAUNCH and has_cfg) or (name in COMPILED and comp is not None):
