@@ -54,6 +54,19 @@ def test_off_it_is_the_interpreters_own_exit():
     assert "torn down" in p.stdout
 
 
+def test_an_executor_never_shut_down_does_not_hold_the_process():
+    """Its idle workers are threads that are not daemons: the interpreter's exit lets them go
+    (threading's exit hooks) before it waits for them, and so does quick_exit."""
+    script = ("from concurrent.futures import ThreadPoolExecutor\n"
+              "from harness.execute.quick_exit import quick_exit\n"
+              "pool = ThreadPoolExecutor(2)\n"
+              "print(pool.submit(lambda: 'worked').result())\n"
+              "quick_exit(4)\n")
+    p = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert (p.returncode, p.stdout) == (4, "worked\n")
+
+
 @pytest.mark.parametrize("code, status, err", [("None", 0, ""), ("True", 1, ""),
                                                ("'bad input'", 1, "bad input")])
 def test_a_code_ends_the_process_as_system_exit_would(code, status, err):

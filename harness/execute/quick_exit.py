@@ -11,13 +11,14 @@ workers run); on a 2-core CPU machine a `harness run` driver took 1.5 s, a proce
 2.2 s, against 0.2 s.
 
 `quick_exit(code)` does what an ordinary exit does for the program's data, then skips the
-teardown: it waits for the threads that are not daemons, runs the `atexit` callbacks (logging's
-flush, multiprocessing's joins, torch's own), flushes Python's stdout and stderr, and calls the
-C library's exit(), which still runs the C-level exit handlers and the shared libraries'
+teardown: it ends the threads as the interpreter does (threading's exit hooks, then a wait for
+the threads that are not daemons), runs the `atexit` callbacks (logging's flush,
+multiprocessing's joins, torch's own), flushes Python's stdout and stderr, and calls the C
+library's exit(), which still runs the C-level exit handlers and the shared libraries'
 destructors (CUDA's, and those of the libraries ncu and nsys inject: with it, flash.yaml's ncu
 and nsys passes on an H100 returned every row they had returned before).
-HARNESS_QUICK_EXIT=0 keeps the interpreter's exit (raises SystemExit), as does any platform
-where the C library's exit() cannot be found.
+HARNESS_QUICK_EXIT=0 keeps the interpreter's exit (raises SystemExit), as does a platform
+where the C library's exit() cannot be found or a Python without threading's exit step.
 """
 from __future__ import annotations
 
@@ -58,14 +59,14 @@ def quick_exit(code=0):
     if not enabled():
         raise SystemExit(code)
     libc_exit = _libc_exit()
-    if libc_exit is None:
+    # the interpreter's first step of its exit: threading's exit hooks (an executor never shut
+    # down lets its idle workers go), then a wait for the threads that are not daemons
+    threads_done = getattr(threading, "_shutdown", None)
+    if libc_exit is None or not callable(threads_done):
         raise SystemExit(code)
     if code is not None and not isinstance(code, int):
         print(code, file=sys.stderr)
-    main = threading.main_thread()
-    for t in threading.enumerate():
-        if t is not main and not t.daemon:
-            t.join()
+    threads_done()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
