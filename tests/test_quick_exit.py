@@ -67,6 +67,54 @@ def test_an_executor_never_shut_down_does_not_hold_the_process():
     assert (p.returncode, p.stdout) == (4, "worked\n")
 
 
+def _script(text: str, **kw) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    return subprocess.run([sys.executable, "-c", text], cwd=ROOT, text=True, timeout=60,
+                          env={**env, "PYTHONPATH": str(ROOT)}, **kw)
+
+
+def test_output_that_cannot_be_written_is_reported_and_the_status_is_120():
+    """stdout on a full disk (/dev/full): as Python's own exit, an 'Exception ignored' line
+    and status 120, not a silent 0."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    with open("/dev/full", "w") as full:
+        p = _script("import sys\nfrom harness.execute.quick_exit import quick_exit\n"
+                    "sys.stdout.write('lost\\n' * 3)\nquick_exit(0)\n", stdout=full,
+                    stderr=subprocess.PIPE)
+    assert p.returncode == 120
+    assert "Exception ignored while flushing" in p.stderr
+
+
+def test_signal_handlers_set_in_python_are_the_default_again_before_the_c_exit():
+    """A SIGTERM handler like the CLI's, SIGINT's KeyboardInterrupt: set back to SIG_DFL, so a
+    signal while the C library's exit runs ends the process by that signal."""
+    p = _script("import signal\n"
+                "from harness.execute import quick_exit as q\n"
+                "signal.signal(signal.SIGTERM, lambda *a: None)\n"
+                "q._default_signals()\n"
+                "print(signal.getsignal(signal.SIGTERM) is signal.SIG_DFL,"
+                " signal.getsignal(signal.SIGINT) is signal.SIG_DFL)\n", capture_output=True)
+    assert p.stdout.split() == ["True", "True"], p.stderr
+
+
+def test_ctrl_c_while_waiting_for_threads_keeps_the_status():
+    """Ctrl-C while the exit waits for a thread: reported and ignored, as Python's exit does;
+    the process still ends with main's status and runs its atexit callbacks."""
+    p = _script("import atexit, os, signal, threading, time\n"
+                "from harness.execute.quick_exit import quick_exit\n"
+                "atexit.register(lambda: print('atexit ran', flush=True))\n"
+                "def late():\n"
+                "    time.sleep(0.3)\n"
+                "    os.kill(os.getpid(), signal.SIGINT)\n"
+                "    time.sleep(0.5)\n"
+                "threading.Thread(target=late).start()\n"
+                "quick_exit(3)\n", capture_output=True)
+    assert p.returncode == 3, p.stderr
+    assert "atexit ran" in p.stdout
+    assert "Exception ignored while waiting for the threads" in p.stderr
+
+
 @pytest.mark.parametrize("code, status, err", [("None", 0, ""), ("True", 1, ""),
                                                ("'bad input'", 1, "bad input")])
 def test_a_code_ends_the_process_as_system_exit_would(code, status, err):

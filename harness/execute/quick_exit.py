@@ -13,12 +13,16 @@ workers run); on a 2-core CPU machine a `harness run` driver took 1.5 s, a proce
 `quick_exit(code)` does what an ordinary exit does for the program's data, then skips the
 teardown: it ends the threads as the interpreter does (threading's exit hooks, then a wait for
 the threads that are not daemons), runs the `atexit` callbacks (logging's flush,
-multiprocessing's joins, torch's own), flushes Python's stdout and stderr, and calls the C
-library's exit(), which still runs the C-level exit handlers and the shared libraries'
-destructors (CUDA's, and those of the libraries ncu and nsys inject: with it, flash.yaml's ncu
-and nsys passes on an H100 returned every row they had returned before).
-HARNESS_QUICK_EXIT=0 keeps the interpreter's exit (raises SystemExit), as does a platform
-where the C library's exit() cannot be found or a Python without threading's exit step.
+multiprocessing's joins, torch's own), flushes Python's stdout and stderr (a failed flush is
+reported and the status is 120, as Python's), puts the signal handlers set in Python back to
+the default, and calls the C library's exit() with the GIL held, which still runs the C-level
+exit handlers and the shared libraries' destructors (CUDA's, and those of the libraries ncu
+and nsys inject: with it, flash.yaml's ncu and nsys passes on an H100 returned every row they
+had returned before). What it skips is the teardown's finalisers: a Python file object left
+open loses what it still buffered (the harness's own files are closed as written; worker
+events are flushed line by line). HARNESS_QUICK_EXIT=0 keeps the interpreter's exit (raises
+SystemExit), as does a platform where the C library's exit() cannot be found or a Python
+without threading's exit step.
 """
 from __future__ import annotations
 
@@ -35,11 +39,13 @@ def enabled() -> bool:
 
 
 def _libc_exit():
-    """The C library's exit(int), or None where ctypes cannot load it."""
+    """The C library's exit(int), called with the GIL held (ctypes.PyDLL: daemon threads stay
+    stopped while the exit handlers and destructors run, as at the interpreter's exit), or None
+    where ctypes cannot load it."""
     try:
         import ctypes
 
-        fn = ctypes.CDLL(None).exit
+        fn = ctypes.PyDLL(None).exit
     except (OSError, AttributeError, TypeError, ImportError):
         return None
     fn.argtypes = [ctypes.c_int]
@@ -53,6 +59,31 @@ def exit_code(code) -> int:
     return int(code) if isinstance(code, int) else 1
 
 
+def _unraisable(what: str) -> None:
+    """Report the exception being handled as the interpreter reports one it ignores at exit."""
+    try:
+        import traceback
+
+        sys.stderr.write(f"Exception ignored {what}:\n{traceback.format_exc()}")
+        sys.stderr.flush()
+    except Exception:
+        pass
+
+
+def _default_signals() -> None:
+    """The handlers this process set in Python (SIGINT's KeyboardInterrupt, a SIGTERM handler)
+    back to the default, as the interpreter's exit does: a signal during the C library's exit
+    then ends the process by that signal instead of setting a flag nothing reads."""
+    import signal
+
+    for sig in signal.valid_signals():
+        try:
+            if callable(signal.getsignal(sig)):
+                signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError, RuntimeError):
+            pass
+
+
 def quick_exit(code=0):
     """End the process with `code` (as SystemExit(code) would: None is 0, an int itself, a
     message printed to stderr and 1), without the interpreter's teardown (the module doc)."""
@@ -64,13 +95,25 @@ def quick_exit(code=0):
     threads_done = getattr(threading, "_shutdown", None)
     if libc_exit is None or not callable(threads_done):
         raise SystemExit(code)
+    status = exit_code(code)
     if code is not None and not isinstance(code, int):
         print(code, file=sys.stderr)
-    threads_done()
+    try:
+        threads_done()
+    except KeyboardInterrupt:  # Ctrl-C while waiting: reported, and the exit goes on
+        _unraisable("while waiting for the threads at exit")
     atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
+    out, err = sys.stdout, sys.stderr
+    if out is not None and not getattr(out, "closed", False):
         try:
-            stream.flush()
-        except (AttributeError, OSError, ValueError):
+            out.flush()
+        except Exception:  # a closed pipe, a full disk: reported, status 120, as Python does
+            _unraisable(f"while flushing {out!r}")
+            status = 120
+    if err is not None and not getattr(err, "closed", False):
+        try:
+            err.flush()
+        except Exception:
             pass
-    libc_exit(exit_code(code))
+    _default_signals()
+    libc_exit(status)
