@@ -15,10 +15,10 @@ teardown: it ends the threads as the interpreter does (threading's exit hooks, t
 the threads that are not daemons), runs the `atexit` callbacks (logging's flush,
 multiprocessing's joins, torch's own), flushes Python's stdout and stderr (a failed flush is
 reported and the status is 120, as Python's), puts the signal handlers set in Python back to
-the default, and calls the C library's exit() with the GIL held, which still runs the C-level
-exit handlers and the shared libraries' destructors (CUDA's, and those of the libraries ncu
-and nsys inject: with it, flash.yaml's ncu and nsys passes on an H100 returned every row they
-had returned before). What it skips is the teardown's finalisers: a Python file object left
+the default, and calls the C library's exit(), which still runs the C-level exit handlers and
+the shared libraries' destructors (CUDA's, and those of the libraries ncu and nsys inject:
+with it, flash.yaml's ncu and nsys passes on an H100 returned every row they had returned
+before). What it skips is the teardown's finalisers: a Python file object left
 open loses what it still buffered (the harness's own files are closed as written; worker
 events are flushed line by line). HARNESS_QUICK_EXIT=0 keeps the interpreter's exit (raises
 SystemExit), as does a platform where the C library's exit() cannot be found or a Python
@@ -39,13 +39,16 @@ def enabled() -> bool:
 
 
 def _libc_exit():
-    """The C library's exit(int), called with the GIL held (ctypes.PyDLL: daemon threads stay
-    stopped while the exit handlers and destructors run, as at the interpreter's exit), or None
-    where ctypes cannot load it."""
+    """The C library's exit(int), or None where ctypes cannot load it. Called as ctypes calls C
+    (the GIL released): a daemon thread of Python may run on while the exit handlers run, which
+    the interpreter's exit would have stopped. Holding the GIL instead (ctypes.PyDLL) would stop
+    them, but a library thread that waits for the GIL would then hold up a destructor that joins
+    it, where Python's exit lets such a thread end; this form is the one run on the GPUs (the
+    flash.yaml and flash_bwd.yaml runs of docs/measurement.md, with ncu and nsys)."""
     try:
         import ctypes
 
-        fn = ctypes.PyDLL(None).exit
+        fn = ctypes.CDLL(None).exit
     except (OSError, AttributeError, TypeError, ImportError):
         return None
     fn.argtypes = [ctypes.c_int]
