@@ -4,8 +4,9 @@ Two runs of unchanged code differ case by case beyond what each run's own betwee
 predicts (analysis.spread), and the excess is shared by the implementations of one shape that run
 at a like speed: in one A/A pair of flash.yaml on an H100, sdpa_cudnn and triton_flash ran
 1.9-3.0 % faster in the second run at five of the six causal D=128 shapes with N >= 4096 while
-naive attention, several times slower, moved < 0.8 %; in another, triton_flash B=8 N=2048 D=64 bf16 ran 1.4 % slower beside
-sdpa_cudnn (0.7 %), sdpa_flash (1.2 %) and torch_compile at that shape. So, as with the SM clock
+naive attention, several times slower, moved < 0.8 %; in another, triton_flash B=8 N=2048 D=64
+bf16 ran 1.4 % slower beside sdpa_cudnn (0.7 %), sdpa_flash (1.2 %) and torch_compile at that
+shape. So, as with the SM clock
 (analysis.diff.clock_explained), a marked change is not credited where its controls explain it:
 
     controls   the other implementations of the same op, params and dtype whose code and config
@@ -31,7 +32,7 @@ import math
 
 import numpy as np
 
-from harness.analysis.diff import same_code
+from harness.analysis.diff import change_text, same_code
 from harness.values import finite
 
 DURATION_FACTOR = 2.0  # a control runs within 2x of the case's time (like kernels, like drift)
@@ -74,7 +75,7 @@ def review(rows: list[dict], base_rows: dict, cand_rows: dict) -> None:
         if k is None or not explained(row["mark"], row["ci_low"], row["ci_high"], k,
                                       row["threshold"]):
             continue
-        moved = f"{k:.3f}x faster" if k >= 1 else f"{1 / k:.3f}x slower"
+        moved = change_text(k, 3)
         row["mark"] = "ambiguous"
         row["shape_explained"] = True
         median = " (their median)" if len(impls) > 1 else ""

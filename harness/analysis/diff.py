@@ -66,6 +66,12 @@ def fmt_p(p: float) -> str:
     return "p<0.001" if p < 0.001 else f"p={p:.3f}" if p < 0.01 else f"p={p:.2f}"
 
 
+def change_text(ratio: float, digits: int = 2) -> str:
+    """A time ratio (before / now) in words: 1.12 -> '1.12x faster', 0.8 -> '1.25x slower'."""
+    return (f"{ratio:.{digits}f}x faster" if ratio >= 1 else
+            f"{1 / ratio:.{digits}f}x slower")
+
+
 def fmt_pct(x: float) -> str:
     """0.02 -> '2%', 0.031 -> '3.1%', 0.25 -> '25%'."""
     v = x * 100

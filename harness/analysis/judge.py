@@ -26,8 +26,8 @@ from harness import op_card, store
 from harness.analysis import noise as noisemod
 from harness.analysis import paired as pairedmod
 from harness.analysis import spread
-from harness.analysis.diff import (TimeDiff, clock_explained, clock_ratio, compare_samples,
-                                   same_code)
+from harness.analysis.diff import (TimeDiff, change_text, clock_explained, clock_ratio,
+                                   compare_samples, same_code)
 from harness.values import finite as _num
 
 Z_MDE = 1.96 + 0.8416  # two-sided 95 %, 80 % power
@@ -126,7 +126,7 @@ class Judge:
         self.rule.paired.pop()
         self.rule.unjudged += 1
         ratio = out["ratio"]
-        change = f"{ratio:.3f}x faster" if ratio >= 1 else f"{1 / ratio:.3f}x slower"
+        change = change_text(ratio, 3)
         lo, hi = (out["ci_low"], out["ci_high"]) if ratio >= 1 else (1 / out["ci_high"],
                                                                      1 / out["ci_low"])
         return {**out, "mark": "unjudged", "mde": math.nan, "method": "cpu",
@@ -137,7 +137,7 @@ class Judge:
         self.rule.unjudged += 1
         d = compare_samples(xb, xc, noise=noisemod.pair_mde(xb, xc), alpha=self.alpha)
         ratio = d.ratio
-        change = f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
+        change = change_text(ratio)
         return {"ratio": ratio, "ci_low": d.ci_low, "ci_high": d.ci_high,
                 "p_value": d.p_value, "mark": "unjudged",
                 "text": f"CPU: not judged ({change}, interpreter wall-clock; {d.ci_text()})",

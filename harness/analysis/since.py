@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from harness import store
+from harness.analysis.diff import change_text
 from harness.analysis.evidence import compiled_diff, config_diff  # noqa: F401  (as before)
 from harness.analysis.pairing import Against, against_dir
 from harness.errors import HarnessError
@@ -166,7 +167,7 @@ def _notes(mp: dict, m: dict, t: pd.DataFrame) -> list[str]:
     shape = t[t.shape_explained.astype(bool)]
     if len(shape):
         out.append(_uncredited("not credited, the same shape's unchanged implementations moved "
-                               "as much:", shape, lambda r: _ratio_text(float(r["ratio"]))))
+                               "as much:", shape, lambda r: change_text(float(r["ratio"]))))
     return out
 
 
@@ -178,13 +179,9 @@ def _uncredited(lead: str, rows: pd.DataFrame, part) -> str:
             + (f" … and {n - 3} more" if n > 3 else ""))
 
 
-def _ratio_text(ratio: float) -> str:
-    return f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
-
-
 def _clock_part(r: dict) -> str:
     """`1.12x slower, SM clock 1935 → 1718 MHz` for a pair the clock explains."""
-    change = _ratio_text(float(r["ratio"]))
+    change = change_text(float(r["ratio"]))
     clock = next((e for e in r["evidence"] if e.startswith("SM clock ")), "SM clock moved")
     return f"{change}, {clock}"
 
