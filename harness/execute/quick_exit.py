@@ -106,17 +106,14 @@ def quick_exit(code=0):
     except KeyboardInterrupt:  # Ctrl-C while waiting: reported, and the exit goes on
         _unraisable("while waiting for the threads at exit")
     atexit._run_exitfuncs()
-    out, err = sys.stdout, sys.stderr
-    if out is not None and not getattr(out, "closed", False):
+    for stream in (sys.stdout, sys.stderr):
+        if stream is None or getattr(stream, "closed", False):
+            continue
         try:
-            out.flush()
-        except Exception:  # a closed pipe, a full disk: reported, status 120, as Python does
-            _unraisable(f"while flushing {out!r}")
-            status = 120
-    if err is not None and not getattr(err, "closed", False):
-        try:
-            err.flush()
-        except Exception:
-            pass
+            stream.flush()
+        except Exception:  # stdout on a closed pipe, a full disk: reported, 120, as Python does
+            if stream is sys.stdout:
+                _unraisable(f"while flushing {stream!r}")
+                status = 120
     _default_signals()
     libc_exit(status)
