@@ -126,18 +126,20 @@ class Runner(ProfilerPasses):
         left = set().union(*(self._todo(p) for p in parts))
         todo_ids = [c for c in order if c in left]
         unchecked = set(self._todo("check"))
-        self.compile_ahead(progress, [c for c in order if c in unchecked], limits)
-        progress.update(tasks["check"], completed=totals["check"] - len(self._todo("check")))
-        t0 = time.monotonic()
-        if todo_ids:
-            try:
+        try:
+            self.compile_ahead(progress, [c for c in order if c in unchecked], limits)
+            progress.update(tasks["check"],
+                            completed=totals["check"] - len(self._todo("check")))
+            t0 = time.monotonic()
+            if todo_ids:
                 self.executor.measure(self.run_dir, todo_ids, cost, limits, self.device,
                                       on_event)
-            finally:  # the workers' GPU locks and turn files (harness.execute.sharing),
-                from harness.execute import sharing  # unless profiler processes wait there
+        finally:  # the check workers started early and not used, the workers' GPU locks and
+            from harness.execute import sharing  # turn files (harness.execute.sharing),
 
-                if self._early is None:
-                    sharing.clear(self.run_dir)
+            self.executor.cancel_early()
+            if self._early is None:  # unless profiler processes wait there
+                sharing.clear(self.run_dir)
         # the check pass starts with the first worker (its start-up is part of the pass)
         for name in span:
             if name.split("@")[0] == "check":
@@ -168,6 +170,10 @@ class Runner(ProfilerPasses):
         beside, t0 = None, time.monotonic()
         if ids:
             task = progress.add_task("compile", total=len(ids))
+            # the check pass's first workers set themselves up meanwhile (early_check;
+            # HARNESS_EARLY_CHECK=0: they start after compile-ahead, as before)
+            if os.environ.get("HARNESS_EARLY_CHECK", "1") != "0":
+                self.executor.start_early(self.run_dir, self.device, limits)
             side = _CheckBeside(self, progress, check_ids, limits, gpus)
             try:
                 out = compile_ahead(self.run_dir, ids, device=self.device, limits=limits,

@@ -15,6 +15,34 @@ class Executor:
     # runner lets that GPU's profiler processes start profiling: profiler_early.Early.gate)
     on_shard_done: Callable[[int | None], None] | None = None
 
+    def early_shards(self) -> list[tuple[int | None, str | None, str]]:
+        """(GPU, shard, measure log name) of each worker the measure passes start first: what
+        `start_early` starts ahead (none: this executor starts none ahead)."""
+        return []
+
+    def start_early(self, run_dir: Path, device: str, limits: dict[str, float]) -> None:
+        """Start each shard's first check worker now, to wait for its turn (early_check): the
+        runner calls this as compile-ahead starts; `measure` gives them their cases."""
+        from harness import store
+        from harness.execute.executors.early_check import EarlyCheck
+
+        self.cancel_early()
+        logs = store.raw_dir(Path(run_dir), "logs")
+        self._early = {gpu: EarlyCheck(run_dir, device=device, limits=limits, gpu=gpu,
+                                       shard=shard, log_path=logs / log)
+                       for gpu, shard, log in self.early_shards()}
+
+    def take_early(self, gpu: int | None):
+        """The waiting first worker of `gpu`'s shard (None: none was started), now the
+        caller's."""
+        return getattr(self, "_early", {}).pop(gpu, None)
+
+    def cancel_early(self) -> None:
+        """End the first workers no shard took (nothing left to measure, or the run stopped)."""
+        early, self._early = getattr(self, "_early", {}), {}
+        for e in early.values():
+            e.cancel()
+
     def describe(self) -> dict:
         """The manifest's `executor` record: kind, GPUs used, hosts."""
         return {"kind": self.kind, "gpus": [], "hosts": [socket.gethostname()]}

@@ -42,6 +42,9 @@ class GpuExecutor(Executor):
              shape_of: dict[str, str] | None = None) -> dict[int, list[str]]:
         return dict(zip(self.gpus, shard(case_ids, cost, len(self.gpus), shape_of)))
 
+    def early_shards(self) -> list[tuple[int | None, str | None, str]]:
+        return [(g, f"gpu{g}", f"measure.gpu{g}.log") for g in self.gpus]
+
     def measure(self, run_dir, case_ids, cost, limits, device, on_event) -> None:
         run_dir = Path(run_dir)
         stop = threading.Event()
@@ -56,7 +59,8 @@ class GpuExecutor(Executor):
             try:
                 run_shard(run_dir, ids, device=device, limits=limits, gpu=gpu,
                           shard=f"gpu{gpu}", on_event=locked, stop=stop,
-                          log_path=store.raw_dir(run_dir, "logs") / f"measure.gpu{gpu}.log")
+                          log_path=store.raw_dir(run_dir, "logs") / f"measure.gpu{gpu}.log",
+                          early=early.pop(gpu, None))
                 if self.on_shard_done is not None:
                     self.on_shard_done(gpu)
             except Interrupted:
@@ -65,8 +69,15 @@ class GpuExecutor(Executor):
                 errors.append(exc)
                 stop.set()
 
-        run_threads([threading.Thread(target=one, args=(g, ids), name=f"gpu{g}", daemon=True)
-                     for g, ids in self.plan(case_ids, cost, store.shapes(run_dir)).items()
-                     if ids], stop)
+        plan = self.plan(case_ids, cost, store.shapes(run_dir))
+        early = {g: e for g in plan if (e := self.take_early(g)) is not None}
+        try:
+            run_threads([threading.Thread(target=one, args=(g, ids), name=f"gpu{g}",
+                                          daemon=True)
+                         for g, ids in plan.items() if ids], stop)
+        finally:  # the first workers of shards with nothing to do, or of a stopped run
+            for e in early.values():
+                e.cancel()
+            self.cancel_early()
         if errors:
             raise errors[0]

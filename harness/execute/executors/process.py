@@ -251,7 +251,7 @@ def rotated(case_ids: list[str], k: int, processes: int) -> list[str]:
 def run_shard(run_dir: Path, case_ids: list[str], *, device: str, limits: dict[str, float],
               log_path: Path, on_event: Callable[[dict], None], gpu: int | None = None,
               shard: str | None = None, env: dict | None = None,
-              stop: threading.Event | None = None) -> None:
+              stop: threading.Event | None = None, early=None) -> None:
     """Check + time `case_ids` (in this order) until each (pass, case) has a record, then time
     them again in the time pass's later processes (`timing.processes`; each its own worker,
     `--tag time_p<k>`, the cases in `rotated` order, only those whose first timing was ok).
@@ -260,6 +260,8 @@ def run_shard(run_dir: Path, case_ids: list[str], *, device: str, limits: dict[s
     one untimed call of each case (kernels loaded, graphs traced, cuDNN plans made), holding
     the GPU lock shared (harness.tuning.gpu_lock: it waits while the first one times), and
     waits for its turn. Whatever it leaves undone is done as before, by fresh workers.
+    `early` (early_check.EarlyCheck), a first worker started while compile-ahead ran, gets the
+    cases in place of a fresh one.
 
     `limits[case_id]` is the watchdog limit in seconds of one (pass, case); on expiry the
     worker's process group is killed and the case is recorded as `timeout`. Records of this
@@ -274,6 +276,16 @@ def run_shard(run_dir: Path, case_ids: list[str], *, device: str, limits: dict[s
     n = time_processes(run_dir)
     helper = Helper(drive, rotated(case_ids, 2, n)) if n >= 2 and case_ids else None
     try:
+        if early is not None:
+            left = {p: set(todo(run_dir, p, case_ids)) for p in MEASURE_PASSES}
+            pending = [c for c in case_ids if any(c in v for v in left.values())]
+            if pending:
+                early.go(drive, pending)
+            else:
+                early.cancel()
+            early = None
+            if stop is not None and stop.is_set():
+                raise Interrupted()
         drive.run(case_ids, MEASURE_PASSES, None)
         for k in range(2, n + 1):
             timed = {r["case_id"] for r in store.read_parts(run_dir, "time")
@@ -284,8 +296,9 @@ def run_shard(run_dir: Path, case_ids: list[str], *, device: str, limits: dict[s
                 helper.go(ids)  # its turn: it times what it can, the Driver below the rest
             drive.run(ids, (part,), part)
     except BaseException:
-        if helper:
-            helper.cancel()
+        for other in (early, helper):
+            if other is not None:
+                other.cancel()
         raise
 
 
