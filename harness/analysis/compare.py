@@ -4,7 +4,7 @@ Pairs cases of two runs by (op, impl, params, dtype). For each pair:
 
     ratio    = median(base samples) / median(candidate samples)     (> 1: the candidate is faster)
     CI       = 95 % percentile bootstrap of that ratio (both sides resampled independently)
-    p        = two-sided Mann-Whitney U test on the raw samples (scipy)
+    p        = two-sided Mann-Whitney U test on the raw samples (analysis.stats)
 
 and a mark (see `compare_samples` for the rule): faster | slower | same | ambiguous, plus
 "missing" for a pair without samples on one side and "unjudged" for CPU timings. Which noise a
@@ -18,7 +18,7 @@ when they moved beyond a small threshold.
 Two runs are comparable only on the same GPU, driver, clock limits and device kind
 (`env_problems`); otherwise `compare_runs` refuses unless told `allow_incomparable`.
 
-scipy is imported inside the functions that need it: the GPU worker path never imports this.
+scipy.special is imported inside the functions that need it: the GPU worker path never imports it.
 """
 from __future__ import annotations
 

@@ -4,9 +4,9 @@ pairing and since use them too, without importing compare).
 
     ratio    = median(base samples) / median(candidate samples)     (> 1: the candidate is faster)
     CI       = 95 % percentile bootstrap of that ratio (both sides resampled independently)
-    p        = two-sided Mann-Whitney U test on the raw samples (scipy)
+    p        = two-sided Mann-Whitney U test on the raw samples (analysis.stats)
 
-scipy is imported inside the functions that need it: the GPU worker path never imports this.
+scipy.special is imported inside the functions that need it: the GPU worker path never imports it.
 """
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ def compare_samples(base_ms, cand_ms, *, noise: float = 0.02, alpha: float = 0.0
                    significant but the CI reaches into the noise band; also any side with
                    fewer than MIN_SAMPLES samples
     """
-    from scipy.stats import mannwhitneyu
+    from harness.analysis.stats import mann_whitney_p
 
     b = np.asarray(base_ms, dtype=float)
     c = np.asarray(cand_ms, dtype=float)
@@ -124,9 +124,7 @@ def compare_samples(base_ms, cand_ms, *, noise: float = 0.02, alpha: float = 0.0
         raise ValueError("compare_samples needs at least one finite sample on each side")
     ratio = float(np.median(b) / np.median(c))
     lo, hi = bootstrap_ratio_ci(b, c, seed=seed)
-    p = float(mannwhitneyu(b, c, alternative="two-sided").pvalue)
-    if math.isnan(p):  # scipy gives NaN when every sample on both sides is identical
-        p = 1.0
+    p = mann_whitney_p(b, c)
     ci = f"95% CI {lo:.2f}x-{hi:.2f}x"
     band = fmt_pct(noise)
     down = 1 / (1 + noise)  # the band is symmetric in log space

@@ -56,7 +56,7 @@ def trimmed_mean_t(d, trim: float = TRIM, level: float = 0.95
                    ) -> tuple[float, float, int, float]:
     """(trimmed mean, its standard error, degrees of freedom, two-sided p for mean 0) of `d`
     (Yuen's trimmed mean with the winsorized variance)."""
-    from scipy.stats import t as student
+    from harness.analysis.stats import t_sf
 
     x = np.sort(np.asarray(d, dtype=float))
     n = x.size
@@ -72,14 +72,14 @@ def trimmed_mean_t(d, trim: float = TRIM, level: float = 0.95
     df = h - 1
     if se == 0:
         return mean, 0.0, df, (1.0 if mean == 0 else 0.0)
-    p = float(2 * student.sf(abs(mean) / se, df))
+    p = 2 * t_sf(abs(mean) / se, df)
     return mean, se, df, p
 
 
 def paired(base_ms, head_ms, *, min_effect: float = MIN_EFFECT,
            min_effect_ms: float = MIN_EFFECT_MS, level: float = 0.95) -> Paired:
     """The paired statistic and mark of per-round burst medians (equal lengths)."""
-    from scipy.stats import t as student
+    from harness.analysis.stats import t_ppf
 
     b = np.asarray(base_ms, dtype=float)
     h = np.asarray(head_ms, dtype=float)
@@ -91,10 +91,10 @@ def paired(base_ms, head_ms, *, min_effect: float = MIN_EFFECT,
         return Paired(math.nan, math.nan, math.nan, math.nan, math.inf, n, math.inf,
                       min_effect, "ambiguous", "ambiguous (no paired round)")
     min_effect = max(min_effect, min_effect_ms / float(np.median(b[ok])))
-    crit = float(student.ppf(0.5 + level / 2, max(df, 1)))
+    crit = t_ppf(0.5 + level / 2, max(df, 1))
     lo, hi = math.exp(mean - crit * se), math.exp(mean + crit * se)
     ratio = math.exp(mean)
-    power = float(student.ppf(POWER, max(df, 1)))
+    power = t_ppf(POWER, max(df, 1))
     mde = math.expm1(math.log1p(min_effect) + (crit + power) * se)
     up, down = 1 + min_effect, 1 / (1 + min_effect)
     ci = f"CI {lo:.3f}–{hi:.3f}"

@@ -130,13 +130,13 @@ def _nearest(pool: list, durs: list[float], case) -> list[Evidence]:
 
 def band(e: Evidence, p: Prior | None, alpha: float = ALPHA) -> tuple[float, float, int]:
     """(band as a fraction, moderated sd s̃, degrees of freedom) of one case."""
-    from scipy.stats import t as student
+    from harness.analysis.stats import t_ppf
 
     nu = e.df
     nu0 = 0 if p is None else min(PRIOR_DF, p.df)
     s2 = max(e.s2, (nu0 * p.s2 + nu * e.s2) / (nu0 + nu)) if nu0 else e.s2
     df = nu0 + nu
-    crit = float(student.ppf(1 - alpha / 2, df))
+    crit = t_ppf(1 - alpha / 2, df)
     return float(math.expm1(crit * math.sqrt(s2) * e.scale)), math.sqrt(s2), df
 
 

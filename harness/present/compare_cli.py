@@ -5,7 +5,7 @@
     --allow-incomparable      compare runs from different GPUs/drivers/clock limits (flagged)
     --format table|json|md
 
-Imports of scipy happen inside analysis.compare, only when a comparison runs.
+scipy.special is imported inside analysis.stats, only when a comparison runs.
 """
 from __future__ import annotations
 
