@@ -3,6 +3,7 @@ sets itself up and waits for its turn, run_shard hands it the cases in place of 
 worker, a fault it meets is recorded and a fresh worker goes on, and one not used ends.
 Real worker processes on the CPU with the self-test op (the per-GPU executor with fake device
 indices, as in test_executors)."""
+import threading
 import time
 
 import pytest
@@ -108,3 +109,33 @@ def test_a_gpu_with_nothing_to_do_ends_its_early_worker(tmp_path, test_ops):
     assert not any(e.thread.is_alive() for e in early.values())
     assert ex._early == {}
     assert [r["case_id"] for r in store.read_parts(run, "check")] == ids[:1]
+
+
+def test_a_waiting_check_worker_makes_its_context_only_when_it_fits(tmp_path, monkeypatch):
+    """touch.room_before: CUDA's context once the GPU has CONTEXT_ROOM free, never if the
+    turn comes first (the first case then makes it), and as before where NVML cannot say."""
+    from harness.execute import touch
+    from harness.machine import nvml
+
+    turn = tmp_path / "check.go"
+    monkeypatch.setenv("HARNESS_GPU", "1")
+    free = iter([1 << 30, 2 << 30, touch.CONTEXT_ROOM])
+    asked = []
+
+    def reading(index):
+        asked.append(index)
+        return next(free)
+
+    monkeypatch.setattr(nvml, "free_bytes", reading)
+    assert touch.room_before(str(turn), poll_s=0.01) is True
+    assert asked == [1, 1, 1]  # its own GPU's memory, until there was room
+
+    monkeypatch.setattr(nvml, "free_bytes", lambda index: 1 << 30)
+    t0 = time.monotonic()
+    threading.Timer(0.3, turn.write_text, args=("[]",)).start()
+    assert touch.room_before(str(turn), poll_s=0.01) is False  # the turn came first
+    assert time.monotonic() - t0 >= 0.25
+
+    turn.unlink()
+    monkeypatch.setattr(nvml, "free_bytes", lambda index: None)
+    assert touch.room_before(str(turn)) is True  # no NVML: as before

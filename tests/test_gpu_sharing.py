@@ -365,14 +365,15 @@ def test_a_worker_ahead_of_its_turn_sets_up_first_and_says_when_its_cases_are_ov
 
     run, ids = _run_dir(tmp_path, ["zeros", "warm_tuned"], n=(64,))
     seen = []
-    monkeypatch.setattr(worker_mod, "touch", lambda device, backends: seen.append(
-        (device, backends)))
+    monkeypatch.setattr(worker_mod, "touch", lambda device, backends, turn=None: seen.append(
+        (device, backends, turn)))
     turn = tmp_path / "turn"
     turn.write_text(json.dumps(ids))
     w = Worker(run, "cpu")
     capsys.readouterr()
     assert w.run(["profile"], None, tag="fakeprof", wait_for=str(turn)) == 0
-    assert seen == [("cpu", {worker_mod.impl_backend(w.op, c[1]) for c in w.cases})]
+    # a profiler's worker sets CUDA up whatever the GPU's memory (turn None: no room wait)
+    assert seen == [("cpu", {worker_mod.impl_backend(w.op, c[1]) for c in w.cases}, None)]
     assert seen[0][1] == {"torch", "compile"}
     events = [json.loads(line.split(" ", 1)[1]) for line in capsys.readouterr().out.splitlines()
               if line.startswith("@@harness ")]
@@ -382,6 +383,9 @@ def test_a_worker_ahead_of_its_turn_sets_up_first_and_says_when_its_cases_are_ov
     seen.clear()
     assert Worker(run, "cpu").run(["check"], None) == 0
     assert seen == []
+    # a check worker started beside compile-ahead (early_check) waits for room, or its turn
+    assert Worker(run, "cpu").run(["check", "time"], None, wait_for=str(turn)) == 0
+    assert [s[2] for s in seen] == [str(turn)]
     assert "end" not in capsys.readouterr().out  # only a profiler's worker hands a turn on
 
 

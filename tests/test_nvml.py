@@ -48,6 +48,11 @@ class FakeNvml:
         assert sensor == self.NVML_TEMPERATURE_GPU
         return 41 + handle[1]
 
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        if not self.clock_ok:
+            raise NVMLError("Not Supported")
+        return type("Memory", (), {"free": (3 + handle[1]) << 30, "total": 80 << 30})()
+
 
 @pytest.fixture(autouse=True)
 def _fresh():
@@ -133,3 +138,13 @@ def test_the_clock_under_load_is_the_median_of_the_batch_readings():
     assert Samples((1.0, 1.1), "cuda_events", (1815.0, 1830.0, 1965.0)).summary()[
         "sm_clock_timed_mhz"] == 1830.0
     assert Samples((1.0,), "cpu_wall").summary()["sm_clock_timed_mhz"] is None
+
+
+def test_free_memory_of_the_asked_gpu_or_none():
+    lib = FakeNvml()
+    assert nvml.free_bytes(1, loader=lambda: lib) == 4 << 30
+    assert nvml.free_bytes(5, loader=lambda: lib) is None  # no such GPU
+    nvml.reset()
+    assert nvml.free_bytes(0, loader=lambda: FakeNvml(clock_ok=False)) is None
+    nvml.reset()
+    assert nvml.free_bytes(0, loader=lambda: FakeNvml(init_ok=False)) is None

@@ -12,12 +12,24 @@ Here: torch.compile's modules (dynamo, Inductor) and Triton's imported, on the C
 the GPU lock shared (harness.tuning.gpu_lock: between two cases of a time pass, never during
 one; without it a backward's timing beside a process creating its context read 13-28 %
 spreads), CUDA's context, one allocation, a cuBLAS handle and Triton's driver. No kernel.
+
+A check worker started beside compile-ahead (harness.execute.executors.early_check, `turn`)
+sets CUDA up only once the GPU has CONTEXT_ROOM free (NVML), or not at all if its turn comes
+first (its first case does, as in a fresh worker): compile-ahead and the checks beside it may
+hold nearly the whole GPU, and a context that does not fit ends the process (flash_bwd.yaml on
+an H100: "CUDA error: out of memory" at the context, and the gain was lost).
 """
 from __future__ import annotations
 
+import os
+import time
 
-def touch(device: str, backends: set) -> None:
-    """Set up this process for cases of `backends` ("compile", "triton", ...) on `device`."""
+CONTEXT_ROOM = 4 << 30  # bytes free before a waiting check worker makes its CUDA context
+
+
+def touch(device: str, backends: set, turn: str | None = None) -> None:
+    """Set up this process for cases of `backends` ("compile", "triton", ...) on `device`;
+    `turn`: the turn file of a check worker started beside compile-ahead (above)."""
     if device != "cuda":
         return
     import torch
@@ -30,8 +42,25 @@ def touch(device: str, backends: set) -> None:
     jit = bool(backends & {"compile", "triton"})
     if jit:
         import triton
+    if turn is not None and not room_before(turn):
+        return
     with gpu_lock.shared():
         torch.empty(1, device="cuda")  # CUDA's context and the allocator's first block
         torch.cuda.current_blas_handle()
         if jit:
             triton.runtime.driver.active.get_current_device()
+
+
+def room_before(turn: str, poll_s: float = 0.1) -> bool:
+    """Wait until this worker's GPU has CONTEXT_ROOM free (True; also where NVML cannot say)
+    or `turn` exists (False)."""
+    from harness.machine import nvml
+
+    gpu = os.environ.get("HARNESS_GPU")
+    index = int(gpu) if gpu is not None and gpu.isdigit() else 0
+    while not os.path.exists(turn):
+        free = nvml.free_bytes(index)
+        if free is None or free >= CONTEXT_ROOM:
+            return True
+        time.sleep(poll_s)
+    return False

@@ -289,8 +289,10 @@ class Worker:
         from harness import store, tuning
 
         self.process = store.repeat_index(tag)
-        if prewarm or wait_for:
-            touch(self.device, {impl_backend(self.op, c[1]) for c in self.cases})
+        if prewarm or wait_for:  # a check worker beside compile-ahead: CUDA if it fits
+            early_check = "check" in passes and not prewarm
+            touch(self.device, {impl_backend(self.op, c[1]) for c in self.cases},
+                  turn=wait_for if early_check else None)
         if prewarm:
             if load_after:
                 sharing.wait_turn(load_after)

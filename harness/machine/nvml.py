@@ -66,6 +66,18 @@ def sm_clock(index: int, loader: Callable[[], ModuleType] = _import) -> float | 
     return _clock(nv, handle, nv.NVML_CLOCK_SM) or None
 
 
+def free_bytes(index: int, loader: Callable[[], ModuleType] = _import) -> int | None:
+    """The memory free on GPU `index` now (bytes), or None."""
+    nv = _load(loader)
+    handle = _handle(nv, index) if nv is not None else None
+    if handle is None:
+        return None
+    try:
+        return int(nv.nvmlDeviceGetMemoryInfo(handle).free)
+    except nv.NVMLError:
+        return None
+
+
 def _clock(nv, handle, which) -> float | None:
     """One clock of a GPU in MHz (NVML_CLOCK_SM / NVML_CLOCK_MEM), None when NVML says no."""
     try:
