@@ -139,3 +139,73 @@ def test_a_waiting_check_worker_makes_its_context_only_when_it_fits(tmp_path, mo
     turn.unlink()
     monkeypatch.setattr(nvml, "free_bytes", lambda index: None)
     assert touch.room_before(str(turn)) is True  # no NVML: as before
+
+    # no HARNESS_GPU and CUDA_VISIBLE_DEVICES set: which GPU NVML should read is unknown
+    monkeypatch.setattr(nvml, "free_bytes", lambda index: 1 << 30)
+    monkeypatch.delenv("HARNESS_GPU")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    assert touch.room_before(str(turn)) is True
+
+
+def test_a_waiting_worker_whose_driver_is_gone_ends(tmp_path, monkeypatch):
+    """sharing.wait_turn and touch.room_before end the process (status 3) once its parent is
+    no longer the process that started it: nobody would give it its turn."""
+    import os
+
+    from harness.execute import sharing, touch
+    from harness.machine import nvml
+
+    parents = iter([100, 100, 1])
+    monkeypatch.setattr(os, "getppid", lambda: next(parents))
+
+    def exit_(code):
+        raise SystemExit(code)
+
+    monkeypatch.setattr(os, "_exit", exit_)
+    with pytest.raises(SystemExit) as e:
+        sharing.wait_turn(str(tmp_path / "never.go"), poll_s=0.01)
+    assert e.value.code == 3
+    parents = iter([100, 1])
+    monkeypatch.setattr(nvml, "free_bytes", lambda index: 1 << 30)
+    monkeypatch.setenv("HARNESS_GPU", "0")
+    with pytest.raises(SystemExit):
+        touch.room_before(str(tmp_path / "never.go"), poll_s=0.01)
+
+
+def test_ctrl_c_during_the_early_workers_turn_is_an_interrupted_run(tmp_path, monkeypatch,
+                                                                    test_ops):
+    """Ctrl-C while the driver waits for the early worker's turn: the worker ends and the
+    runner gets Interrupted (a stored, resumable run), not a bare KeyboardInterrupt."""
+    from harness.execute.executors import early_check
+    from harness.execute.executors.process import Interrupted
+
+    run, ids = _run_dir(tmp_path, ["zeros"])
+    ex, limits = LocalExecutor(), {c: 60.0 for c in ids}
+    ex.start_early(run, "cpu", limits)
+    _waiting(run / "raw" / "logs" / "measure.log")
+    (early,) = ex._early.values()
+
+    def ctrl_c(thread):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(early_check, "join", ctrl_c)
+    with pytest.raises(Interrupted):
+        ex.measure(run, ids, {}, limits, "cpu", lambda ev: None)
+    assert not early.thread.is_alive()
+
+
+def test_a_stopped_run_gives_the_early_worker_no_turn(tmp_path, test_ops):
+    from harness.execute.executors.early_check import EarlyCheck
+    from harness.execute.executors.process import Interrupted, run_shard
+
+    run, ids = _run_dir(tmp_path, ["zeros"])
+    limits = {c: 60.0 for c in ids}
+    log = run / "raw" / "logs" / "measure.log"
+    early = EarlyCheck(run, device="cpu", limits=limits, gpu=None, shard=None, log_path=log)
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(Interrupted):
+        run_shard(run, ids, device="cpu", limits=limits, log_path=log, on_event=lambda e: None,
+                  stop=stop, early=early)
+    assert not early.thread.is_alive() and not early.go_file.exists()
+    assert not store.read_parts(run, "check")

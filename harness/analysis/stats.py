@@ -38,15 +38,16 @@ def _ranks(xy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _u_counts(m: int, n: int) -> np.ndarray:
     """How many of the C(m+n, m) orderings of two samples of sizes m and n give U = 0 .. m*n:
-    the coefficients of the Gaussian binomial [m+n choose m](q)."""
+    the coefficients of the Gaussian binomial [m+n choose m](q), as exact integers (in floats
+    the subtractions left negative counts in the far tail)."""
     m, n = min(m, n), max(m, n)
-    c = np.zeros(m * n + 1)
-    c[0] = 1.0
-    for i in range(1, m + 1):  # times (1 - q^(n+i)) / (1 - q^i)
-        k = n + i
-        c[k:] -= c[:-k].copy()
-        for j in range(i, c.size):
-            c[j] += c[j - i]
+    c = np.zeros(m * n + 1, dtype=object)
+    c[0] = 1
+    for i in range(1, m + 1):  # times (1 - q^(n+i)), then over (1 - q^i): power series
+        k = n + i              # cut at q^(m*n), exact since the product is a polynomial
+        c[k:] = c[k:] - c[:-k]
+        for r in range(i):
+            c[r::i] = np.cumsum(c[r::i])
     return c
 
 
@@ -68,5 +69,5 @@ def mann_whitney_p(x, y) -> float:
         p = 2 * 0.5 * math.erfc((u - n1 * n2 / 2 - 0.5) / s / math.sqrt(2))
     else:
         counts = _u_counts(n1, n2)
-        p = 2 * float(counts[int(u):].sum() / counts.sum())
+        p = 2 * (int(counts[int(u):].sum()) / math.comb(n1 + n2, n1))
     return min(max(p, 0.0), 1.0)

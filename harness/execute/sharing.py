@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -60,10 +61,22 @@ def give_turn(path: Path, case_ids: list[str]) -> None:
 
 
 def wait_turn(path: str, poll_s: float = 0.05) -> list[str]:
-    """Wait until `path` exists; its case ids."""
+    """Wait until `path` exists; its case ids. A process whose parent has gone (the run's
+    driver killed outright) ends instead of waiting for ever (`orphaned`)."""
+    parent = os.getppid()
     while not os.path.exists(path):
+        orphaned(parent)
         time.sleep(poll_s)
     return [str(c) for c in json.loads(Path(path).read_text())]
+
+
+def orphaned(parent: int) -> None:
+    """Exit (status 3) if this process's parent is no longer `parent`: nobody will give the
+    turn it waits for (its driver was killed with SIGKILL, or by the out-of-memory killer)."""
+    if os.getppid() != parent:
+        print("worker: the process that started this one is gone; nothing to wait for",
+              file=sys.stderr, flush=True)
+        os._exit(3)
 
 
 class Claims:

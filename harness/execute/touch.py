@@ -52,15 +52,21 @@ def touch(device: str, backends: set, turn: str | None = None) -> None:
 
 
 def room_before(turn: str, poll_s: float = 0.1) -> bool:
-    """Wait until this worker's GPU has CONTEXT_ROOM free (True; also where NVML cannot say)
-    or `turn` exists (False)."""
+    """Wait until this worker's GPU has CONTEXT_ROOM free (True; also where NVML cannot say
+    which GPU or how much) or `turn` exists (False)."""
+    from harness.execute.sharing import orphaned
     from harness.machine import nvml
 
     gpu = os.environ.get("HARNESS_GPU")
-    index = int(gpu) if gpu is not None and gpu.isdigit() else 0
+    if gpu is None or not gpu.isdigit():  # NVML's index of the GPU CUDA shows: unknown
+        if os.environ.get("CUDA_VISIBLE_DEVICES"):  # unless nothing hides any GPU
+            return True
+        gpu = "0"
+    parent = os.getppid()
     while not os.path.exists(turn):
-        free = nvml.free_bytes(index)
+        free = nvml.free_bytes(int(gpu))
         if free is None or free >= CONTEXT_ROOM:
             return True
+        orphaned(parent)
         time.sleep(poll_s)
     return False

@@ -28,9 +28,9 @@ class Executor:
 
         self.cancel_early()
         logs = store.raw_dir(Path(run_dir), "logs")
-        self._early = {gpu: EarlyCheck(run_dir, device=device, limits=limits, gpu=gpu,
-                                       shard=shard, log_path=logs / log)
-                       for gpu, shard, log in self.early_shards()}
+        for gpu, shard, log in self.early_shards():  # each kept as it starts: cancel_early
+            self._early[gpu] = EarlyCheck(run_dir, device=device, limits=limits, gpu=gpu,
+                                          shard=shard, log_path=logs / log)
 
     def take_early(self, gpu: int | None):
         """The waiting first worker of `gpu`'s shard (None: none was started), now the
@@ -39,9 +39,10 @@ class Executor:
 
     def cancel_early(self) -> None:
         """End the first workers no shard took (nothing left to measure, or the run stopped)."""
+        from harness.execute.executors.early_check import cancel_all
+
         early, self._early = getattr(self, "_early", {}), {}
-        for e in early.values():
-            e.cancel()
+        cancel_all(early.values())
 
     def describe(self) -> dict:
         """The manifest's `executor` record: kind, GPUs used, hosts."""

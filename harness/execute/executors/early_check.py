@@ -64,12 +64,31 @@ class EarlyCheck:
 
     def go(self, drive, case_ids: list[str]) -> None:
         """Its turn: check and time `case_ids` (in this order) for `drive` (process.Driver);
-        returns when the worker has ended."""
+        returns when the worker has ended. Ctrl-C meanwhile ends it and raises Interrupted
+        (the run is stored as interrupted, as with a worker started in its turn)."""
         self.drive = drive
         sharing.give_turn(self.go_file, case_ids)
-        join(self.thread)
+        try:
+            join(self.thread)
+        except KeyboardInterrupt:
+            self.cancel()
+            raise Interrupted() from None
+
+    def stop(self) -> None:
+        """Ask the worker to end (its watchdog kills it within a fifth of a second)."""
+        self.cancelled.set()
 
     def cancel(self) -> None:
         """End the worker without a turn (the run stopped, or its shard has nothing to do)."""
-        self.cancelled.set()
+        self.stop()
         self.thread.join()
+
+
+def cancel_all(early) -> None:
+    """End every worker of `early` (EarlyChecks): all asked first, then waited for, so a second
+    Ctrl-C while waiting leaves none of them unasked."""
+    early = list(early)
+    for e in early:
+        e.stop()
+    for e in early:
+        e.thread.join()

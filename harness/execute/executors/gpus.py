@@ -60,7 +60,7 @@ class GpuExecutor(Executor):
                 run_shard(run_dir, ids, device=device, limits=limits, gpu=gpu,
                           shard=f"gpu{gpu}", on_event=locked, stop=stop,
                           log_path=store.raw_dir(run_dir, "logs") / f"measure.gpu{gpu}.log",
-                          early=early.pop(gpu, None))
+                          early=early.get(gpu))
                 if self.on_shard_done is not None:
                     self.on_shard_done(gpu)
             except Interrupted:
@@ -69,15 +69,17 @@ class GpuExecutor(Executor):
                 errors.append(exc)
                 stop.set()
 
+        from harness.execute.executors.early_check import cancel_all
+
         plan = self.plan(case_ids, cost, store.shapes(run_dir))
         early = {g: e for g in plan if (e := self.take_early(g)) is not None}
         try:
+            cancel_all(early.pop(g) for g, ids in plan.items() if not ids and g in early)
             run_threads([threading.Thread(target=one, args=(g, ids), name=f"gpu{g}",
                                           daemon=True)
                          for g, ids in plan.items() if ids], stop)
-        finally:  # the first workers of shards with nothing to do, or of a stopped run
-            for e in early.values():
-                e.cancel()
+        finally:  # whatever a stopped run or a failed shard left (an ended one: no wait)
+            cancel_all(early.values())
             self.cancel_early()
         if errors:
             raise errors[0]

@@ -277,6 +277,8 @@ def run_shard(run_dir: Path, case_ids: list[str], *, device: str, limits: dict[s
     helper = Helper(drive, rotated(case_ids, 2, n)) if n >= 2 and case_ids else None
     try:
         if early is not None:
+            if stop is not None and stop.is_set():
+                raise Interrupted()
             left = {p: set(todo(run_dir, p, case_ids)) for p in MEASURE_PASSES}
             pending = [c for c in case_ids if any(c in v for v in left.values())]
             if pending:
@@ -346,9 +348,14 @@ class Helper:
             drive.record_fault(watch, rc, timed_out, log)
 
     def go(self, case_ids: list[str]) -> None:
-        """Its turn: the cases it times; wait for it to end."""
+        """Its turn: the cases it times; wait for it to end (Ctrl-C meanwhile: Interrupted,
+        as from a worker the Driver started)."""
         sharing.give_turn(self.go_file, case_ids)
-        join(self.thread)
+        try:
+            join(self.thread)
+        except KeyboardInterrupt:
+            self.cancel()
+            raise Interrupted() from None
 
     def cancel(self) -> None:
         self.cancelled.set()
