@@ -148,8 +148,9 @@ def test_a_waiting_check_worker_makes_its_context_only_when_it_fits(tmp_path, mo
 
 
 def test_a_waiting_worker_whose_driver_is_gone_ends(tmp_path, monkeypatch):
-    """sharing.wait_turn and touch.room_before end the process (status 3) once its parent is
-    no longer the process that started it: nobody would give it its turn."""
+    """sharing.wait_turn (for the driver's own workers) and touch.room_before end the process
+    (status 3) once its parent is no longer the process that started it: nobody would give it
+    its turn. A worker a profiler wraps does not watch (its parent is ncu's or nsys's)."""
     import os
 
     from harness.execute import sharing, touch
@@ -163,8 +164,12 @@ def test_a_waiting_worker_whose_driver_is_gone_ends(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "_exit", exit_)
     with pytest.raises(SystemExit) as e:
-        sharing.wait_turn(str(tmp_path / "never.go"), poll_s=0.01)
+        sharing.wait_turn(str(tmp_path / "never.go"), poll_s=0.01, watch_parent=True)
     assert e.value.code == 3
+    parents = iter([100, 1, 1])
+    go = tmp_path / "go"
+    threading.Timer(0.2, go.write_text, args=("[]",)).start()
+    assert sharing.wait_turn(str(go), poll_s=0.01) == []  # not watching: waits for its turn
     parents = iter([100, 1])
     monkeypatch.setattr(nvml, "free_bytes", lambda index: 1 << 30)
     monkeypatch.setenv("HARNESS_GPU", "0")

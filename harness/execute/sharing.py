@@ -60,12 +60,14 @@ def give_turn(path: Path, case_ids: list[str]) -> None:
     os.replace(tmp, path)
 
 
-def wait_turn(path: str, poll_s: float = 0.05) -> list[str]:
-    """Wait until `path` exists; its case ids. A process whose parent has gone (the run's
-    driver killed outright) ends instead of waiting for ever (`orphaned`)."""
+def wait_turn(path: str, poll_s: float = 0.05, watch_parent: bool = False) -> list[str]:
+    """Wait until `path` exists; its case ids. `watch_parent` (a worker the driver started
+    itself, not one a profiler wraps): if the driver is gone (killed outright), end instead of
+    waiting for ever (`orphaned`)."""
     parent = os.getppid()
     while not os.path.exists(path):
-        orphaned(parent)
+        if watch_parent:
+            orphaned(parent)
         time.sleep(poll_s)
     return [str(c) for c in json.loads(Path(path).read_text())]
 

@@ -297,7 +297,9 @@ class Worker:
             if load_after:
                 sharing.wait_turn(load_after)
             self.prewarm(only, shard)
-        only = self.wait_turn(wait_for) if wait_for else only
+        # the check and time passes' workers are the driver's own children (not a profiler's)
+        only = (self.wait_turn(wait_for, watch_parent=bool({"check", "time"} & set(passes)))
+                if wait_for else only)
         claim = sharing.Claims(claims) if claims else None
         tuning.take_new_picks()  # picks timed before this loop are no case's of it
         for pass_name in passes:
@@ -360,12 +362,12 @@ class Worker:
             if torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > RELEASE_BYTES:
                 torch.cuda.empty_cache()
 
-    def wait_turn(self, path: str) -> list[str]:
+    def wait_turn(self, path: str, watch_parent: bool = False) -> list[str]:
         """Wait for this process's turn (sharing.wait_turn): the case ids it does now. The
         picks the first process made meanwhile are loaded."""
         from harness import store, tuning
 
-        ids = sharing.wait_turn(path)
+        ids = sharing.wait_turn(path, watch_parent=watch_parent)
         tuning.load_picks(store.load_tuner_picks(self.run_dir))
         return ids
 
