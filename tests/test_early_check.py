@@ -118,7 +118,6 @@ def test_a_waiting_check_worker_makes_its_context_only_when_it_fits(tmp_path, mo
     from harness.machine import nvml
 
     turn = tmp_path / "check.go"
-    monkeypatch.setenv("HARNESS_GPU", "1")
     free = iter([1 << 30, 2 << 30, touch.CONTEXT_ROOM])
     asked = []
 
@@ -127,24 +126,23 @@ def test_a_waiting_check_worker_makes_its_context_only_when_it_fits(tmp_path, mo
         return next(free)
 
     monkeypatch.setattr(nvml, "free_bytes", reading)
-    assert touch.room_before(str(turn), poll_s=0.01) is True
+    assert touch.room_before(str(turn), 1, poll_s=0.01) is True
     assert asked == [1, 1, 1]  # its own GPU's memory, until there was room
 
     monkeypatch.setattr(nvml, "free_bytes", lambda index: 1 << 30)
     t0 = time.monotonic()
     threading.Timer(0.3, turn.write_text, args=("[]",)).start()
-    assert touch.room_before(str(turn), poll_s=0.01) is False  # the turn came first
+    assert touch.room_before(str(turn), 1, poll_s=0.01) is False  # the turn came first
     assert time.monotonic() - t0 >= 0.25
 
     turn.unlink()
     monkeypatch.setattr(nvml, "free_bytes", lambda index: None)
-    assert touch.room_before(str(turn)) is True  # no NVML: as before
+    assert touch.room_before(str(turn), 1) is True  # no NVML: as before
 
-    # no HARNESS_GPU and CUDA_VISIBLE_DEVICES set: which GPU NVML should read is unknown
-    monkeypatch.setattr(nvml, "free_bytes", lambda index: 1 << 30)
-    monkeypatch.delenv("HARNESS_GPU")
+    # not pinned (no HARNESS_GPU) and CUDA_VISIBLE_DEVICES set: which GPU NVML should read
+    monkeypatch.setattr(nvml, "free_bytes", lambda index: 1 << 30)  # is unknown
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
-    assert touch.room_before(str(turn)) is True
+    assert touch.room_before(str(turn), None) is True
 
 
 def test_a_waiting_worker_whose_driver_is_gone_ends(tmp_path, monkeypatch):
@@ -172,9 +170,8 @@ def test_a_waiting_worker_whose_driver_is_gone_ends(tmp_path, monkeypatch):
     assert sharing.wait_turn(str(go), poll_s=0.01) == []  # not watching: waits for its turn
     parents = iter([100, 1])
     monkeypatch.setattr(nvml, "free_bytes", lambda index: 1 << 30)
-    monkeypatch.setenv("HARNESS_GPU", "0")
     with pytest.raises(SystemExit):
-        touch.room_before(str(tmp_path / "never.go"), poll_s=0.01)
+        touch.room_before(str(tmp_path / "never.go"), 0, poll_s=0.01)
 
 
 def test_ctrl_c_during_the_early_workers_turn_is_an_interrupted_run(tmp_path, monkeypatch,

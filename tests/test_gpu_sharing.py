@@ -365,8 +365,8 @@ def test_a_worker_ahead_of_its_turn_sets_up_first_and_says_when_its_cases_are_ov
 
     run, ids = _run_dir(tmp_path, ["zeros", "warm_tuned"], n=(64,))
     seen = []
-    monkeypatch.setattr(worker_mod, "touch", lambda device, backends, turn=None: seen.append(
-        (device, backends, turn)))
+    monkeypatch.setattr(worker_mod, "touch", lambda device, backends, turn=None, gpu=None:
+                        seen.append((device, backends, turn)))
     turn = tmp_path / "turn"
     turn.write_text(json.dumps(ids))
     w = Worker(run, "cpu")

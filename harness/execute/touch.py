@@ -27,9 +27,11 @@ import time
 CONTEXT_ROOM = 4 << 30  # bytes free before a waiting check worker makes its CUDA context
 
 
-def touch(device: str, backends: set, turn: str | None = None) -> None:
+def touch(device: str, backends: set, turn: str | None = None,
+          gpu: int | None = None) -> None:
     """Set up this process for cases of `backends` ("compile", "triton", ...) on `device`;
-    `turn`: the turn file of a check worker started beside compile-ahead (above)."""
+    `turn`: the turn file of a check worker started beside compile-ahead (above), on `gpu`
+    (its HARNESS_GPU, None if not pinned)."""
     if device != "cuda":
         return
     import torch
@@ -42,7 +44,7 @@ def touch(device: str, backends: set, turn: str | None = None) -> None:
     jit = bool(backends & {"compile", "triton"})
     if jit:
         import triton
-    if turn is not None and not room_before(turn):
+    if turn is not None and not room_before(turn, gpu):
         return
     with gpu_lock.shared():
         torch.empty(1, device="cuda")  # CUDA's context and the allocator's first block
@@ -51,20 +53,19 @@ def touch(device: str, backends: set, turn: str | None = None) -> None:
             triton.runtime.driver.active.get_current_device()
 
 
-def room_before(turn: str, poll_s: float = 0.1) -> bool:
-    """Wait until this worker's GPU has CONTEXT_ROOM free (True; also where NVML cannot say
-    which GPU or how much) or `turn` exists (False)."""
+def room_before(turn: str, gpu: int | None, poll_s: float = 0.1) -> bool:
+    """Wait until GPU `gpu` has CONTEXT_ROOM free (True; also where NVML cannot say which GPU
+    or how much) or `turn` exists (False)."""
     from harness.execute.sharing import orphaned
     from harness.machine import nvml
 
-    gpu = os.environ.get("HARNESS_GPU")
-    if gpu is None or not gpu.isdigit():  # NVML's index of the GPU CUDA shows: unknown
-        if os.environ.get("CUDA_VISIBLE_DEVICES"):  # unless nothing hides any GPU
+    if gpu is None:  # not pinned: NVML's index of the GPU CUDA shows is 0 unless some are hidden
+        if os.environ.get("CUDA_VISIBLE_DEVICES"):
             return True
-        gpu = "0"
+        gpu = 0
     parent = os.getppid()
     while not os.path.exists(turn):
-        free = nvml.free_bytes(int(gpu))
+        free = nvml.free_bytes(gpu)
         if free is None or free >= CONTEXT_ROOM:
             return True
         orphaned(parent)

@@ -292,7 +292,7 @@ class Worker:
         if prewarm or wait_for:  # a check worker beside compile-ahead: CUDA if it fits
             early_check = "check" in passes and not prewarm
             touch(self.device, {impl_backend(self.op, c[1]) for c in self.cases},
-                  turn=wait_for if early_check else None)
+                  turn=wait_for if early_check else None, gpu=_gpu_index())
         if prewarm:
             if load_after:
                 sharing.wait_turn(load_after)

@@ -35,10 +35,16 @@ def _load(loader: Callable[[], ModuleType] = _import):
     return _nvml or None
 
 
-def gpu_state(index: int, loader: Callable[[], ModuleType] = _import) -> dict | None:
-    """{gpu_name, sm_clock_mhz, mem_clock_mhz, gpu_temp_c} of GPU `index`, or None."""
+def _device(index: int, loader: Callable[[], ModuleType]):
+    """(the binding, GPU `index`'s handle), or (None, None) where NVML cannot say."""
     nv = _load(loader)
     handle = _handle(nv, index) if nv is not None else None
+    return (nv, handle) if handle is not None else (None, None)
+
+
+def gpu_state(index: int, loader: Callable[[], ModuleType] = _import) -> dict | None:
+    """{gpu_name, sm_clock_mhz, mem_clock_mhz, gpu_temp_c} of GPU `index`, or None."""
+    nv, handle = _device(index, loader)
     if handle is None:
         return None
     try:
@@ -59,8 +65,7 @@ def gpu_state(index: int, loader: Callable[[], ModuleType] = _import) -> dict | 
 def sm_clock(index: int, loader: Callable[[], ModuleType] = _import) -> float | None:
     """The SM clock of GPU `index` now (MHz), or None: read while a batch of timed samples
     runs (harness.execute.timing's clock_probe)."""
-    nv = _load(loader)
-    handle = _handle(nv, index) if nv is not None else None
+    nv, handle = _device(index, loader)
     if handle is None:
         return None
     return _clock(nv, handle, nv.NVML_CLOCK_SM) or None
@@ -68,8 +73,7 @@ def sm_clock(index: int, loader: Callable[[], ModuleType] = _import) -> float | 
 
 def free_bytes(index: int, loader: Callable[[], ModuleType] = _import) -> int | None:
     """The memory free on GPU `index` now (bytes), or None."""
-    nv = _load(loader)
-    handle = _handle(nv, index) if nv is not None else None
+    nv, handle = _device(index, loader)
     if handle is None:
         return None
     try:
