@@ -178,7 +178,7 @@ def test_ctrl_c_during_the_early_workers_turn_is_an_interrupted_run(tmp_path, mo
                                                                     test_ops):
     """Ctrl-C while the driver waits for the early worker's turn: the worker ends and the
     runner gets Interrupted (a stored, resumable run), not a bare KeyboardInterrupt."""
-    from harness.execute.executors import early_check
+    from harness.execute.executors import process
     from harness.execute.executors.process import Interrupted
 
     run, ids = _run_dir(tmp_path, ["zeros"])
@@ -190,7 +190,7 @@ def test_ctrl_c_during_the_early_workers_turn_is_an_interrupted_run(tmp_path, mo
     def ctrl_c(thread):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(early_check, "join", ctrl_c)
+    monkeypatch.setattr(process, "join", ctrl_c)
     with pytest.raises(Interrupted):
         ex.measure(run, ids, {}, limits, "cpu", lambda ev: None)
     assert not early.thread.is_alive()

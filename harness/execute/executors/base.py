@@ -39,7 +39,7 @@ class Executor:
 
     def cancel_early(self) -> None:
         """End the first workers no shard took (nothing left to measure, or the run stopped)."""
-        from harness.execute.executors.early_check import cancel_all
+        from harness.execute.executors.process import cancel_all
 
         early, self._early = getattr(self, "_early", {}), {}
         cancel_all(early.values())

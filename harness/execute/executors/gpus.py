@@ -17,7 +17,8 @@ from pathlib import Path
 
 from harness import store
 from harness.execute.executors.base import Executor
-from harness.execute.executors.process import Interrupted, run_shard, run_threads
+from harness.execute.executors.process import (Interrupted, cancel_all, run_shard,
+                                               run_threads)
 from harness.execute.executors.schedule import shard
 
 
@@ -60,7 +61,7 @@ class GpuExecutor(Executor):
                 run_shard(run_dir, ids, device=device, limits=limits, gpu=gpu,
                           shard=f"gpu{gpu}", on_event=locked, stop=stop,
                           log_path=store.raw_dir(run_dir, "logs") / f"measure.gpu{gpu}.log",
-                          early=early.get(gpu))
+                          early=self.take_early(gpu))
                 if self.on_shard_done is not None:
                     self.on_shard_done(gpu)
             except Interrupted:
@@ -69,17 +70,10 @@ class GpuExecutor(Executor):
                 errors.append(exc)
                 stop.set()
 
-        from harness.execute.executors.early_check import cancel_all
-
         plan = self.plan(case_ids, cost, store.shapes(run_dir))
-        early = {g: e for g in plan if (e := self.take_early(g)) is not None}
-        try:
-            cancel_all(early.pop(g) for g, ids in plan.items() if not ids and g in early)
-            run_threads([threading.Thread(target=one, args=(g, ids), name=f"gpu{g}",
-                                          daemon=True)
-                         for g, ids in plan.items() if ids], stop)
-        finally:  # whatever a stopped run or a failed shard left (an ended one: no wait)
-            cancel_all(early.values())
-            self.cancel_early()
+        # a GPU with nothing to do: its first worker ends now (run_shard ends the others)
+        cancel_all(e for g, ids in plan.items() if not ids and (e := self.take_early(g)))
+        run_threads([threading.Thread(target=one, args=(g, ids), name=f"gpu{g}", daemon=True)
+                     for g, ids in plan.items() if ids], stop)
         if errors:
             raise errors[0]

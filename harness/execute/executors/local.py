@@ -16,12 +16,5 @@ class LocalExecutor(Executor):
 
     def measure(self, run_dir, case_ids, cost, limits, device, on_event) -> None:
         log = store.raw_dir(Path(run_dir), "logs") / "measure.log"
-        from harness.execute.executors.early_check import cancel_all
-
-        early = self.take_early(None)
-        try:
-            run_shard(Path(run_dir), case_ids, device=device, limits=limits, log_path=log,
-                      on_event=on_event, early=early)
-        finally:  # a worker that ended: nothing to wait for
-            cancel_all([early] if early is not None else [])
-            self.cancel_early()
+        run_shard(Path(run_dir), case_ids, device=device, limits=limits, log_path=log,
+                  on_event=on_event, early=self.take_early(None))

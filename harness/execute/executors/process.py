@@ -270,19 +270,20 @@ def run_shard(run_dir: Path, case_ids: list[str], *, device: str, limits: dict[s
     """
     from harness.tuning import gpu_lock
 
-    env = {**(env or worker_env(device, gpu)), gpu_lock.ENV: sharing.lock_path(run_dir, gpu)}
-    drive = Driver(run_dir, device=device, limits=limits, log_path=log_path,
-                   on_event=on_event, gpu=gpu, shard=shard, env=env, stop=stop)
-    n = time_processes(run_dir)
-    helper = Helper(drive, rotated(case_ids, 2, n)) if n >= 2 and case_ids else None
-    try:
+    helper = None
+    try:  # `early` is this function's from here: ended on every way out
+        env = {**(env or worker_env(device, gpu)), gpu_lock.ENV: sharing.lock_path(run_dir, gpu)}
+        drive = Driver(run_dir, device=device, limits=limits, log_path=log_path,
+                       on_event=on_event, gpu=gpu, shard=shard, env=env, stop=stop)
+        n = time_processes(run_dir)
+        helper = Helper(drive, rotated(case_ids, 2, n)) if n >= 2 and case_ids else None
         if early is not None:
             if stop is not None and stop.is_set():
                 raise Interrupted()
             left = {p: set(todo(run_dir, p, case_ids)) for p in MEASURE_PASSES}
             pending = [c for c in case_ids if any(c in v for v in left.values())]
             if pending:
-                early.go(drive, pending)
+                early.go(pending, drive)
             else:
                 early.cancel()
             early = None
@@ -298,58 +299,52 @@ def run_shard(run_dir: Path, case_ids: list[str], *, device: str, limits: dict[s
                 helper.go(ids)  # its turn: it times what it can, the Driver below the rest
             drive.run(ids, (part,), part)
     except BaseException:
-        for other in (early, helper):
-            if other is not None:
-                other.cancel()
+        cancel_all(w for w in (early, helper) if w is not None)
         raise
 
 
-class Helper:
-    """The time pass's second process, started beside the first (run_shard): `--prewarm` over
-    the cases in its order, then `--wait-for` a file that `go` writes with the cases to time.
-    Best effort: a fault it meets is recorded as the Driver records one; what it leaves
-    undone, the Driver does after it."""
+class TurnWorker:
+    """A worker process started ahead of its turn (`--wait-for` its turn file), streamed from a
+    thread of its own: `go` gives it its cases and waits for its end, `cancel` ends it. Its
+    events and a fault it meets belong to `drive` (a Driver: given here, or by `go` for a worker
+    started before its Driver existed); its untimed first calls (`prewarm`) are its own. Best
+    effort: what it leaves undone, the Driver does after it."""
 
-    def __init__(self, drive: "Driver", case_ids: list[str]):
-        self.drive = drive
-        run_dir = drive.run_dir
-        tag = measure_parts(2)[-1]
-        name = f"{tag}.{drive.shard}" if drive.shard else tag
-        self.go_file = sharing.turn_file(run_dir, name)
+    def __init__(self, argv: list[str], env: dict, log: Path, limits: dict[str, float],
+                 gpu: int | None, go_file: Path, name: str, drive: "Driver | None" = None):
+        self.argv, self.env, self.log, self.limits, self.gpu = argv, env, log, limits, gpu
+        self.go_file, self.drive = go_file, drive
         self.cancelled = threading.Event()
-        argv = worker_argv(run_dir, "time", drive.device, case_ids, tag=tag,
-                           shard=drive.shard) + ["--prewarm", "--wait-for", str(self.go_file)]
-        log = drive.log_path.with_name(f"{drive.log_path.stem}.p2{drive.log_path.suffix}")
-        self.thread = threading.Thread(target=self._run, args=(argv, log), daemon=True,
-                                       name=f"helper-{name}")
+        self.thread = threading.Thread(target=self._run, daemon=True, name=name)
         self.thread.start()
 
-    def _run(self, argv: list[str], log: Path) -> None:
-        drive = self.drive
-        watch = CaseWatch(drive.limits, self.cancelled)
-        outer = drive.stop
+    def _stopped(self) -> bool:
+        stop = self.drive.stop if self.drive is not None else None
+        return self.cancelled.is_set() or bool(stop is not None and stop.is_set())
 
-        def expired() -> bool:
-            return watch.expired() or bool(outer is not None and outer.is_set())
+    def _run(self) -> None:
+        watch = CaseWatch(self.limits)
 
         def on_ev(ev):
             watch.see(ev)
-            if ev.get("name") != "prewarm":
-                drive.on_event({**ev, "gpu": drive.gpu})
+            if ev.get("name") != "prewarm" and self.drive is not None:
+                self.drive.on_event({**ev, "gpu": self.gpu})
 
         try:
-            rc, timed_out = stream(argv, drive.env or worker_env(drive.device, drive.gpu), log,
-                                   on_ev, watchdog=expired)
+            rc, timed_out = stream(self.argv, self.env, self.log, on_ev,
+                                   watchdog=lambda: watch.expired() or self._stopped())
         except Interrupted:
             return
-        if self.cancelled.is_set() or (outer is not None and outer.is_set()):
+        if self._stopped() or self.drive is None:
             return
         if watch.case and watch.pass_name != "prewarm" and (timed_out or rc != 0):
-            drive.record_fault(watch, rc, timed_out, log)
+            self.drive.record_fault(watch, rc, timed_out, self.log)
 
-    def go(self, case_ids: list[str]) -> None:
-        """Its turn: the cases it times; wait for it to end (Ctrl-C meanwhile: Interrupted,
-        as from a worker the Driver started)."""
+    def go(self, case_ids: list[str], drive: "Driver | None" = None) -> None:
+        """Its turn: `case_ids`, in this order (for `drive`, if given now); wait for it to end
+        (Ctrl-C meanwhile: Interrupted, as from a worker the Driver started)."""
+        if drive is not None:
+            self.drive = drive
         sharing.give_turn(self.go_file, case_ids)
         try:
             join(self.thread)
@@ -357,9 +352,39 @@ class Helper:
             self.cancel()
             raise Interrupted() from None
 
-    def cancel(self) -> None:
+    def stop(self) -> None:
+        """Ask the worker to end (its watchdog kills it within a fifth of a second)."""
         self.cancelled.set()
+
+    def cancel(self) -> None:
+        self.stop()
         self.thread.join()
+
+
+def cancel_all(workers) -> None:
+    """End every TurnWorker of `workers`: all asked first, then waited for, so a second Ctrl-C
+    while waiting leaves none of them unasked."""
+    workers = list(workers)
+    for w in workers:
+        w.stop()
+    for w in workers:
+        w.thread.join()
+
+
+class Helper(TurnWorker):
+    """The time pass's second process, started beside the first (run_shard): `--prewarm` over
+    the cases in its order, then `--wait-for` a file that `go` writes with the cases to time."""
+
+    def __init__(self, drive: "Driver", case_ids: list[str]):
+        run_dir = drive.run_dir
+        tag = measure_parts(2)[-1]
+        name = f"{tag}.{drive.shard}" if drive.shard else tag
+        go_file = sharing.turn_file(run_dir, name)
+        argv = worker_argv(run_dir, "time", drive.device, case_ids, tag=tag,
+                           shard=drive.shard) + ["--prewarm", "--wait-for", str(go_file)]
+        log = drive.log_path.with_name(f"{drive.log_path.stem}.p2{drive.log_path.suffix}")
+        super().__init__(argv, drive.env or worker_env(drive.device, drive.gpu), log,
+                         drive.limits, drive.gpu, go_file, f"helper-{name}", drive)
 
 
 class Driver:
