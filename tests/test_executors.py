@@ -234,6 +234,36 @@ def test_a_hanging_implementation_times_out_as_its_own_case(tmp_path):
     assert "timeout" in p.stdout
 
 
+def test_profiler_line_says_what_each_process_spent_besides_its_cases():
+    from harness.execute.timeline import profiler_line
+
+    assert profiler_line({}) is None
+    assert profiler_line({"ncu": {"per_case_s": {"a": 1.0}}}) is None  # carried: nothing ran
+    one = {"ncu": {"to_first_case_s": 0.04, "after_last_s": 0.71, "run_s": 13.0},
+           "nsys": {"to_first_case_s": 5.33, "run_s": 12.8}}
+    assert profiler_line(one) == ("profiler processes (s from each turn): ncu to its first "
+                                  "case 0.0, after its last 0.7 · nsys to its first case 5.3")
+    two = {"nsys": {"to_first_case_s": 6.3, "after_last_s": 2.0, "processes": [
+        {"gpu": 0, "cases": 160, "run_s": 6.7, "to_first_case_s": 1.5, "after_last_s": 2.0},
+        {"gpu": 1, "cases": 120, "run_s": 11.1, "to_first_case_s": 6.3,
+         "after_last_s": 1.9}]}}
+    assert profiler_line(two) == (
+        "profiler processes (s from each turn): nsys@gpu0 (160 cases) to its first case 1.5, "
+        "after its last 2.0 · nsys@gpu1 (120 cases) to its first case 6.3, after its last 1.9")
+
+
+def test_show_prints_where_a_real_runs_profiler_processes_spent_their_turn():
+    """A committed flash_bwd run (one H100): its nsys process loaded its cases for 11.8 s
+    after its turn, before its first case; `show` says so after the timeline."""
+    out = harness("show", "20261127T130555Z-flash-attention-bwd-1054", "--store",
+                  str(ROOT / "runs" / "examples")).stdout
+    lines = out.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("timeline (s):"))
+    assert lines[at + 1] == ("profiler processes (s from each turn): ncu to its first case "
+                             "0.0, after its last 1.9 · nsys to its first case 11.8, after its "
+                             "last 3.4")
+
+
 def test_timeline_merges_a_phase_added_twice_and_orders_by_start():
     from harness.execute.timeline import Timeline, timeline_line
 
@@ -624,6 +654,15 @@ def test_profiler_passes_share_the_gpus_side_by_side(tmp_path, test_ops, monkeyp
         r2.profile_passes(progress, [("fastprof", SimpleNamespace(cases="all", timeout_s=120))])
     m = store.load_metrics(run)
     assert set(m[m.source == "fastprof"].value) == {0.0, 1.0}
+    # each of its processes says where its own run went besides its cases
+    rec = store.load_manifest(run)["profiler_wall_s"]["fastprof"]
+    procs = rec["processes"]
+    assert sorted(p["gpu"] for p in procs) == [0, 1]
+    assert sum(p["cases"] for p in procs) == len(ids)
+    for p in procs:
+        assert 0 <= p["to_first_case_s"] <= p["run_s"] <= rec["run_s"] + 0.05
+        assert 0 <= p["after_last_s"] <= p["run_s"]
+    assert "processes" not in wall["slowprof"]  # one process: the pass's figures are its own
 
 
 @pytest.mark.slow

@@ -38,8 +38,10 @@ class ProfilerPass:
         self.per_case: dict[str, float] = {}    # wall time under the profiler (replays included)
         self.span: list[float] = []             # first process start, last process end
         self.turns: dict[int, float] = {}       # a shard started early: when its turn came
+        self.runs: dict[int, list[float]] = {}  # a shard's process: [its turn or start, end]
         self._began: dict[str, float] = {}
         self.edges: dict[str, float] = {}       # first case started, last case done, prewarm
+        self.shard_edges: dict[int, dict[str, float]] = {}  # the same, per shard
         self.over: dict[int, threading.Event] = {}  # a shard's process has done its cases
         self._lock = threading.Lock()
 
@@ -56,7 +58,7 @@ class ProfilerPass:
             if ev.get("event") == "end":
                 self.cases_over(i).set()
             else:
-                self.on_event(ev)
+                self.on_event(ev, i)
         return on
 
     def mark(self) -> None:
@@ -65,34 +67,56 @@ class ProfilerPass:
             self.span = [min(self.span[0], now), max(self.span[1], now)] if self.span \
                 else [now, now]
 
-    def on_event(self, ev: dict) -> None:
+    def on_event(self, ev: dict, i: int | None = None) -> None:
+        """A worker's event, from shard `i`'s process when given."""
         now = time.monotonic()
-        if ev.get("name") == "prewarm":  # a waiting process loading its cases: not profiled
-            if ev.get("event") == "done":
-                self.edges["prewarm_done"] = now
-            return
         with self._lock:
+            edges = [self.edges] + ([self.shard_edges.setdefault(i, {})] if i is not None else [])
+            if ev.get("name") == "prewarm":  # a waiting process loading its cases: not profiled
+                if ev.get("event") == "done":
+                    for e in edges:
+                        e["prewarm_done"] = now
+                return
             if ev["event"] == "start":
-                self.edges.setdefault("first_start", now)
+                for e in edges:
+                    e.setdefault("first_start", now)
                 self._began[ev["case_id"]] = now
                 self.progress.update(self.task, description=f"{self.name} {ev['case_id']}")
             elif ev["event"] == "done":
-                self.edges["last_done"] = now
+                for e in edges:
+                    e["last_done"] = now
                 self.per_case[ev["case_id"]] = round(now - self._began[ev["case_id"]], 2)
                 self.progress.advance(self.task)
 
-    def phases(self) -> dict[str, float]:
+    def ran(self, i: int, start: float) -> None:
+        """Shard i's process, which ran cases from `start` (its turn, or its start where it did
+        not wait for one), has ended."""
+        with self._lock:
+            self.runs[i] = [start, time.monotonic()]
+
+    def phases(self) -> dict:
         """Where the span went besides the cases (seconds): `to_first_case_s`, from the turn
         (the span's start) to the first case (loading what the prewarm had not); `after_last_s`,
         from the last case to the process's end (the profiler writing its report);
         `prewarm_end_s`, when the prewarm's last call ended, from the turn (negative: before
-        it). Only what was seen."""
+        it). Only what was seen. A pass of several processes (--gpus) adds `processes`, the
+        same per process with its GPU, its cases and its own run (turn to end): the pass's
+        figures run from its first turn, so they do not say which process waited."""
         if not self.span:
             return {}
-        t0, t1, e = self.span[0], self.span[1], self.edges
-        out = {"to_first_case_s": e.get("first_start", t1) - t0}
-        if "last_done" in e:
-            out["after_last_s"] = t1 - e["last_done"]
-        if "prewarm_done" in e:
-            out["prewarm_end_s"] = e["prewarm_done"] - t0
-        return {k: round(v, 2) for k, v in out.items()}
+        out = _phases(self.span[0], self.span[1], self.edges)
+        if len(self.shards) > 1:  # each process's own (the pass's run from the first turn)
+            out["processes"] = [
+                {"gpu": self.shards[i][0], "cases": len(self.shards[i][1]),
+                 "run_s": round(b - a, 2), **_phases(a, b, self.shard_edges.get(i, {}))}
+                for i, (a, b) in sorted(self.runs.items())]
+        return out
+
+
+def _phases(t0: float, t1: float, e: dict[str, float]) -> dict[str, float]:
+    out = {"to_first_case_s": e.get("first_start", t1) - t0}
+    if "last_done" in e:
+        out["after_last_s"] = t1 - e["last_done"]
+    if "prewarm_done" in e:
+        out["prewarm_end_s"] = e["prewarm_done"] - t0
+    return {k: round(v, 2) for k, v in out.items()}

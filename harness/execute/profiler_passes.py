@@ -188,6 +188,7 @@ class ProfilerPasses(EarlyStart):
         finally:
             if wait_for is None or p.turns.get(i) is not None:  # else it ran nothing
                 p.mark()
+                p.ran(i, p.turns.get(i, began))
                 self.timeline.add(f"{p.name}@gpu{gpu}" if self.executor.kind == "gpus"
                                   else p.name, p.turns.get(i, began))
             p.cases_over(i).set()  # (a process that ended without its `end`, too)

@@ -44,3 +44,28 @@ def timeline_line(spans: dict[str, list[float]]) -> str:
     after the walls)."""
     order = sorted(spans.items(), key=lambda kv: (kv[1][0], kv[0]))
     return "timeline (s): " + " · ".join(f"{k} {a:.1f}-{b:.1f}" for k, (a, b) in order)
+
+
+def profiler_line(walls: dict[str, dict]) -> str | None:
+    """`profiler processes (s from each turn): ncu to its first case 0.0, after its last 0.7 ·
+    nsys@gpu1 (120 cases) to its first case 6.3, ...`: what each profiler process spent besides
+    its cases (the manifest's `profiler_wall_s`, ProfilerPass.phases): before its first case
+    it loaded what it had not loaded while it waited, after its last the profiler wrote its
+    report. A pass whose processes ran nothing (every profile carried from an earlier run)
+    has no such figures and is left out; None when nothing is left (`show`, after the
+    timeline)."""
+    parts = []
+    for name, rec in sorted(walls.items()):
+        if not isinstance(rec, dict):
+            continue
+        procs = rec.get("processes") or [dict(rec, gpu=None)]
+        for p in procs:
+            if "to_first_case_s" not in p:
+                continue
+            label = name if p.get("gpu") is None else \
+                f"{name}@gpu{p['gpu']} ({p.get('cases')} cases)"
+            bits = [f"to its first case {p['to_first_case_s']:.1f}"]
+            if "after_last_s" in p:
+                bits.append(f"after its last {p['after_last_s']:.1f}")
+            parts.append(f"{label} " + ", ".join(bits))
+    return "profiler processes (s from each turn): " + " · ".join(parts) if parts else None
