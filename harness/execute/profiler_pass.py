@@ -62,10 +62,11 @@ class ProfilerPass:
         return on
 
     def mark(self) -> None:
-        now = time.monotonic()
         with self._lock:
-            self.span = [min(self.span[0], now), max(self.span[1], now)] if self.span \
-                else [now, now]
+            self._mark(time.monotonic())
+
+    def _mark(self, now: float) -> None:
+        self.span = [min(self.span[0], now), max(self.span[1], now)] if self.span else [now, now]
 
     def on_event(self, ev: dict, i: int | None = None) -> None:
         """A worker's event, from shard `i`'s process when given."""
@@ -90,9 +91,11 @@ class ProfilerPass:
 
     def ran(self, i: int, start: float) -> None:
         """Shard i's process, which ran cases from `start` (its turn, or its start where it did
-        not wait for one), has ended."""
+        not wait for one), has ended: the pass's span reaches its end."""
+        now = time.monotonic()
         with self._lock:
-            self.runs[i] = [start, time.monotonic()]
+            self._mark(now)
+            self.runs[i] = [start, now]
 
     def phases(self) -> dict:
         """Where the span went besides the cases (seconds): `to_first_case_s`, from the turn

@@ -187,10 +187,9 @@ class ProfilerPasses(EarlyStart):
                                   watchdog=expired if wait_for else stop.is_set)
         finally:
             if wait_for is None or p.turns.get(i) is not None:  # else it ran nothing
-                p.mark()
-                p.ran(i, p.turns.get(i, began))
+                p.ran(i, start := p.turns.get(i, began))
                 self.timeline.add(f"{p.name}@gpu{gpu}" if self.executor.kind == "gpus"
-                                  else p.name, p.turns.get(i, began))
+                                  else p.name, start)
             p.cases_over(i).set()  # (a process that ended without its `end`, too)
 
     def _plan_pass(self, progress: Progress, prof_name: str, options) -> "ProfilerPass | None":

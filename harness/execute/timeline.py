@@ -58,8 +58,7 @@ def profiler_line(walls: dict[str, dict]) -> str | None:
     for name, rec in sorted(walls.items()):
         if not isinstance(rec, dict):
             continue
-        procs = rec.get("processes") or [dict(rec, gpu=None)]
-        for p in procs:
+        for p in rec.get("processes") or [rec]:  # a pass of one process: its own record
             if "to_first_case_s" not in p:
                 continue
             label = name if p.get("gpu") is None else \
