@@ -75,6 +75,31 @@ def test_warm_shards_keep_a_class_in_one_worker_and_torch_compile_on_few_workers
     assert sum(any(c.startswith("tc") for c in s) for s in shards) == 1
 
 
+def test_warm_shards_spread_an_implementations_classes_over_the_workers():
+    # the model weighs every Triton class alike; two implementations' classes that cost
+    # differently (on two H100s triton_flash's 7-9 s, fused_mha's 5-7 s) must not pair up by
+    # implementation on the workers that equal loads favour
+    ids, unit_of, backend_of = _classes({"tc": "compile", "tf": "triton", "fm": "triton"}, 8, 5)
+    for n in (16, 8, 6):
+        shards = warm_shards(ids, n, unit_of, backend_of)
+        assert sorted(c for s in shards for c in s) == sorted(ids)
+        for s in shards:
+            classes = {unit_of[c] for c in s}
+            tf = sum(u[0] == "tf" for u in classes)
+            fm = sum(u[0] == "fm" for u in classes)
+            assert abs(tf - fm) <= 1, (n, sorted(classes))
+    # sixteen workers: torch.compile's eight graphs on eight, each other worker one class of
+    # each Triton implementation
+    shards = warm_shards(ids, 16, unit_of, backend_of)
+    mixed = [s for s in shards if not any(c.startswith("tc") for c in s)]
+    assert len(mixed) == 8
+    assert all(sorted({unit_of[c][0] for c in s}) == ["fm", "tf"] for s in mixed)
+    # one implementation alone is dealt as before: by load
+    solo = [c for c in ids if c.startswith("tf")]
+    assert sorted(len({unit_of[c] for c in s}) for s in warm_shards(solo, 4, unit_of,
+                                                                      backend_of)) == [2] * 4
+
+
 def test_compile_units_group_the_sizes_of_one_kernel_class(tmp_path):
     from harness.registry import get_op
     from harness.store.results import cases_frame

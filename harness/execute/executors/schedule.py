@@ -304,9 +304,10 @@ def warm_shards(case_ids: list[str], n: int, unit_of: dict[str, object] | None =
     backend. A class stays in one worker, so no two workers compile the same kernels; the
     classes of a backend with a per-process setup cost (WARM_SETUP_S: torch.compile's first
     graph) go to as few workers as keep the longest worker shortest, the rest fill the least
-    loaded workers, largest first (LPT). Sorted by key, neighbouring classes of a setup backend
-    (the same params in another dtype) go to the same worker. Without `unit_of` every case is
-    its own class."""
+    loaded workers, largest first (LPT; of equally loaded ones, the one with the fewest classes
+    of the same implementation). Sorted by key, neighbouring classes of a setup backend (the
+    same params in another dtype) go to the same worker. Without `unit_of` every case is its
+    own class."""
     if n < 1:
         raise ValueError("n must be >= 1")
     unit_of = unit_of or {}
@@ -349,13 +350,29 @@ def warm_shards(case_ids: list[str], n: int, unit_of: dict[str, object] | None =
                 done += weight(u)
         total += k * setup
     placed = {u for b_ in bins for u in b_}
+    # the rest, largest first onto the least loaded worker; of equally loaded ones, the one with
+    # the fewest classes of the same implementation (a class key's first item): the model weighs
+    # every Triton class alike, but an implementation's classes cost alike and implementations
+    # do not (two H100s, flash.yaml: triton_flash's classes 7.3-8.6 s a process's first and
+    # 3.4-5.5 s its second, fused_mha's 5.6-7.1 and 2.1-3.3 s). Ties went to the lowest worker,
+    # so each of eight workers took two classes of one implementation, and the triton_flash
+    # pairs (11.4-14.3 s) were the phase's longest workers
+    same: list[dict[object, int]] = [{} for _ in range(n)]
     for u in sorted((u for u in units if u not in placed), key=weight, reverse=True):
-        i = min(range(n), key=load.__getitem__)
+        impl, low = _impl(u), min(load)
+        i = min((i for i in range(n) if load[i] - low < 1e-9),
+                key=lambda i: (same[i].get(impl, 0), i))
         bins[i].append(u)
         load[i] += weight(u)
+        same[i][impl] = same[i].get(impl, 0) + 1
     pos = {c: i for i, c in enumerate(case_ids)}
     shards = [sorted((c for u in b_ for c in units[u]), key=pos.__getitem__) for b_ in bins]
     return [s for s in shards if s]
+
+
+def _impl(unit) -> object:
+    """A compile class's implementation: its key's first item (compile_units), else None."""
+    return unit[0] if isinstance(unit, tuple) and unit and unit[0] != "case" else None
 
 
 def warm_plans(shards: list[list[str]], unit_of: dict[str, object] | None = None,

@@ -155,7 +155,9 @@ def check_beside_cases(run_dir: Path, op, check_ids: list[str]) -> list[str]:
 def compile_units(run_dir: Path, op, case_ids: list[str]) -> dict[str, tuple[object, str | None]]:
     """{case: (compile class, backend)}: a case's class is its implementation, dtype, forced
     config and the values of the op's params that are not sizes (Param.size), i.e. the cases
-    that run the same compiled kernels; the backend is its implementation's."""
+    that run the same compiled kernels, keyed (implementation, forced config, those values,
+    dtype): schedule.warm_shards reads the implementation first; the backend is its
+    implementation's."""
     import json
 
     from harness.execute.worker import _registered_impl, impl_backend
