@@ -5,8 +5,9 @@
 Starts `python -m harness run EXP --store STORE ...` as usual and stops it once the compile
 phase is over (the check, time and profiler passes do not run; the run is left unfinished in
 STORE). Prints one JSON line: the phase's wall seconds, its workers, and per worker the seconds
-of its cases (parts warm.warm<i>) and the implementations of its classes in the order it
-compiled them. A deal of compile-ahead's classes (schedule.warm_shards) is measured by a few
+of its cases (parts warm.warm<i>) and, in its order, the implementations of its cases that took
+over 0.5 s (a class's first case: the one that compiled). On a CPU there is no compile phase
+(compile_s null). A deal of compile-ahead's classes (schedule.warm_shards) is measured by a few
 such phases against another commit's, each with fresh TRITON_CACHE_DIR and
 TORCHINDUCTOR_CACHE_DIR, alternating (the whole run varies by 5-10 s between hosts and runs, the
 phase itself by less). Which harness runs is PYTHONPATH's: point it at the other commit's tree.

@@ -355,8 +355,8 @@ def warm_shards(case_ids: list[str], n: int, unit_of: dict[str, object] | None =
     # every Triton class alike, but an implementation's classes cost alike and implementations
     # do not (two H100s, flash.yaml: triton_flash's classes 7.3-8.6 s a process's first and
     # 3.4-5.5 s its second, fused_mha's 5.6-7.1 and 2.1-3.3 s). Ties went to the lowest worker,
-    # so each of eight workers took two classes of one implementation, and the triton_flash
-    # pairs (11.4-14.3 s) were the phase's longest workers
+    # so each of eight workers took two classes of one implementation, and a triton_flash pair
+    # (11.1-16.2 s) or a fused_mha pair that took a third class was the phase's longest worker
     same: list[dict[object, int]] = [{} for _ in range(n)]
     for u in sorted((u for u in units if u not in placed), key=weight, reverse=True):
         impl, low = _impl(u), min(load)
