@@ -250,6 +250,13 @@ def test_profiler_line_says_what_each_process_spent_besides_its_cases():
     assert profiler_line(two) == (
         "profiler processes (s from each turn): nsys@gpu0 (160 cases) to its first case 1.5, "
         "after its last 2.0 · nsys@gpu1 (120 cases) to its first case 6.3, after its last 1.9")
+    # a process whose turn came before it had started up says so; one set up before, not
+    late = {"ncu": {"to_first_case_s": 5.3, "processes": [
+        {"gpu": 0, "cases": 3, "run_s": 11.5, "to_first_case_s": 5.3, "ready_s": 4.96},
+        {"gpu": 1, "cases": 4, "run_s": 11.5, "to_first_case_s": 0.0, "ready_s": -9.7}]}}
+    assert profiler_line(late) == (
+        "profiler processes (s from each turn): ncu@gpu0 (3 cases) set up 5.0 after its turn, "
+        "to its first case 5.3 · ncu@gpu1 (4 cases) to its first case 0.0")
 
 
 def test_show_prints_where_a_real_runs_profiler_processes_spent_their_turn():
@@ -863,6 +870,11 @@ def test_profiler_processes_started_early_load_and_wait_for_the_measure_passes(t
     assert done_first <= (run / "parts" / "secondprof.jsonl").stat().st_mtime < first[1]
     m = store.load_manifest(run)
     assert all(m["profiler_wall_s"][n]["started_early"] for n in ("firstprof", "secondprof"))
+    # when each had set itself up (worker.touch, its `ready`), from its turn: before its first
+    # case (before the turn too, unless starting up took longer than the test's wait)
+    for n in ("firstprof", "secondprof"):
+        rec = m["profiler_wall_s"][n]
+        assert isinstance(rec["ready_s"], float) and rec["ready_s"] <= rec["to_first_case_s"]
     assert sorted(store.load_metrics(run).source.unique()) == ["firstprof", "secondprof"]
     assert not (run / "raw" / "locks").exists()
 

@@ -73,6 +73,10 @@ class ProfilerPass:
         now = time.monotonic()
         with self._lock:
             edges = [self.edges] + ([self.shard_edges.setdefault(i, {})] if i is not None else [])
+            if ev.get("event") == "ready":  # a process started ahead: set up (worker.touch)
+                for e in edges:
+                    e["ready"] = max(e.get("ready", now), now)
+                return
             if ev.get("name") == "prewarm":  # a waiting process loading its cases: not profiled
                 if ev.get("event") == "done":
                     for e in edges:
@@ -102,9 +106,12 @@ class ProfilerPass:
         (the span's start) to the first case (loading what the prewarm had not); `after_last_s`,
         from the last case to the process's end (the profiler writing its report);
         `prewarm_end_s`, when the prewarm's last call ended, from the turn (negative: before
-        it). Only what was seen. A pass of several processes (--gpus) adds `processes`, the
-        same per process with its GPU, its cases and its own run (turn to end): the pass's
-        figures run from its first turn, so they do not say which process waited."""
+        it); `ready_s`, when a process started ahead of its turn had set itself up (imports,
+        CUDA's context under the profiler: worker.touch), from the turn (positive: its turn
+        waited for its start-up). Only what was seen. A pass of several processes (--gpus)
+        adds `processes`, the same per process with its GPU, its cases and its own run (turn
+        to end): the pass's figures run from its first turn, so they do not say which process
+        waited."""
         if not self.span:
             return {}
         out = _phases(self.span[0], self.span[1], self.edges)
@@ -122,4 +129,6 @@ def _phases(t0: float, t1: float, e: dict[str, float]) -> dict[str, float]:
         out["after_last_s"] = t1 - e["last_done"]
     if "prewarm_done" in e:
         out["prewarm_end_s"] = e["prewarm_done"] - t0
+    if "ready" in e:
+        out["ready_s"] = e["ready"] - t0
     return {k: round(v, 2) for k, v in out.items()}

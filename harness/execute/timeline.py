@@ -50,10 +50,10 @@ def profiler_line(walls: dict[str, dict]) -> str | None:
     """`profiler processes (s from each turn): ncu to its first case 0.0, after its last 0.7 ·
     nsys@gpu1 (120 cases) to its first case 6.3, ...`: what each profiler process spent besides
     its cases (the manifest's `profiler_wall_s`, ProfilerPass.phases): before its first case
-    it loaded what it had not loaded while it waited, after its last the profiler wrote its
-    report. A pass whose processes ran nothing (every profile carried from an earlier run)
-    has no such figures and is left out; None when nothing is left (`show`, after the
-    timeline)."""
+    it loaded what it had not loaded while it waited (`set up X after its turn`: it had not
+    even started up when its turn came), after its last the profiler wrote its report. A
+    pass whose processes ran nothing (every profile carried from an earlier run) has no such
+    figures and is left out; None when nothing is left (`show`, after the timeline)."""
     parts = []
     for name, rec in sorted(walls.items()):
         if not isinstance(rec, dict):
@@ -64,6 +64,8 @@ def profiler_line(walls: dict[str, dict]) -> str | None:
             label = name if p.get("gpu") is None else \
                 f"{name}@gpu{p['gpu']} ({p.get('cases')} cases)"
             bits = [f"to its first case {p['to_first_case_s']:.1f}"]
+            if (p.get("ready_s") or 0) >= 0.05:  # its turn came before it had set itself up
+                bits.insert(0, f"set up {p['ready_s']:.1f} after its turn")
             if "after_last_s" in p:
                 bits.append(f"after its last {p['after_last_s']:.1f}")
             parts.append(f"{label} " + ", ".join(bits))

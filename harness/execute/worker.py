@@ -281,9 +281,10 @@ class Worker:
         `ahead` (a check beside compile-ahead): best effort, a case whose check raised or
         timed a Tuner gets no record (the check pass does it again, alone). Started ahead of
         its turn (`prewarm` or `wait_for`), a worker first sets up what launches no kernel
-        (touch), waits for `load_after` (a profiler process started while the time pass
-        times), calls each case once untimed (`prewarm`), then waits for `wait_for`, whose
-        JSON case ids replace `only` (harness.execute.executors.process.run_shard). `claims`
+        (touch; then its `ready` event), waits for `load_after` (a profiler process started
+        while the time pass times), calls each case once untimed (`prewarm`), then waits for
+        `wait_for`, whose JSON case ids replace `only`
+        (harness.execute.executors.process.run_shard). `claims`
         (units.json, {case: class}): a case is done only if its class is this worker's or can
         be claimed for it (compile-ahead's work stealing: sharing.Claims)."""
         from harness import store, tuning
@@ -293,6 +294,7 @@ class Worker:
             early_check = "check" in passes and not prewarm
             touch(self.device, {impl_backend(self.op, c[1]) for c in self.cases},
                   turn=wait_for if early_check else None, gpu=_gpu_index())
+            emit("ready")  # set up: a turn that came before waited for it (ProfilerPass)
         if prewarm:
             if load_after:
                 sharing.wait_turn(load_after)
