@@ -40,7 +40,7 @@ class ProfilerPass:
         self.turns: dict[int, float] = {}       # a shard started early: when its turn came
         self.runs: dict[int, list[float]] = {}  # a shard's process: [its turn or start, end]
         self._began: dict[str, float] = {}
-        self.edges: dict[str, float] = {}       # first case started, last case done, prewarm
+        self.edges: dict[str, float] = {}       # set up, first case started, last done, prewarm
         self.shard_edges: dict[int, dict[str, float]] = {}  # the same, per shard
         self.over: dict[int, threading.Event] = {}  # a shard's process has done its cases
         self._lock = threading.Lock()
