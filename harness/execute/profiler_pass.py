@@ -75,7 +75,7 @@ class ProfilerPass:
             edges = [self.edges] + ([self.shard_edges.setdefault(i, {})] if i is not None else [])
             if ev.get("event") == "ready":  # a process started ahead: set up (worker.touch)
                 for e in edges:
-                    e["ready"] = max(e.get("ready", now), now)
+                    e["ready"] = now  # the pass's: its latest process's
                 return
             if ev.get("name") == "prewarm":  # a waiting process loading its cases: not profiled
                 if ev.get("event") == "done":

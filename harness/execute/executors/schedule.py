@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 
 from harness.errors import HarnessError
 
@@ -357,14 +358,14 @@ def warm_shards(case_ids: list[str], n: int, unit_of: dict[str, object] | None =
     # 3.4-5.5 s its second, fused_mha's 5.6-7.1 and 2.1-3.3 s). Ties went to the lowest worker,
     # so each of eight workers took two classes of one implementation, and a triton_flash pair
     # (11.1-16.2 s) or a fused_mha pair that took a third class was the phase's longest worker
-    same: list[dict[object, int]] = [{} for _ in range(n)]
+    same = [Counter() for _ in range(n)]
     for u in sorted((u for u in units if u not in placed), key=weight, reverse=True):
         impl, low = _impl(u), min(load)
         i = min((i for i in range(n) if load[i] - low < 1e-9),
-                key=lambda i: (same[i].get(impl, 0), i))
+                key=lambda i: (same[i][impl], i))
         bins[i].append(u)
         load[i] += weight(u)
-        same[i][impl] = same[i].get(impl, 0) + 1
+        same[i][impl] += 1
     pos = {c: i for i, c in enumerate(case_ids)}
     shards = [sorted((c for u in b_ for c in units[u]), key=pos.__getitem__) for b_ in bins]
     return [s for s in shards if s]
