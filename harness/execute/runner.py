@@ -23,13 +23,14 @@ from harness import op_card, store
 from harness.experiment import spec
 from harness.errors import HarnessError
 from harness.execute.executors import Executor, from_manifest, make_executor
-from harness.execute.executors.process import Interrupted, join, kernel_caches, todo
+from harness.execute.executors.process import Interrupted, kernel_caches, todo
 from harness.execute.executors.schedule import case_costs, case_timeout_s, longest_first
 from harness.execute.previous import previous_medians
 from harness.execute.profiler_early import Early
 from harness.execute.profiler_passes import ProfilerPasses
 from harness.execute.timeline import Timeline
 from harness.execute.code_tree import op_for
+from harness.execute.compile_phase import CompilePhase, overlap_wanted
 from harness.registry import get_op
 from harness.store.results import cases_frame, consolidate
 
@@ -110,7 +111,7 @@ class Runner(ProfilerPasses):
             if ev["event"] == "start":
                 where = f" [gpu {ev['gpu']}]" if ev.get("gpu") is not None else ""
                 progress.update(tasks[name], description=f"{name}{where} {ev['case_id']}")
-            elif ev["event"] == "done":
+            elif ev["event"] == "done" and ev.get("status") != "deferred":
                 progress.advance(tasks[name])
 
         if not self.manifest.get("retune") and "tuner_picks_from" not in self.manifest:
@@ -126,17 +127,30 @@ class Runner(ProfilerPasses):
         left = set().union(*(self._todo(p) for p in parts))
         todo_ids = [c for c in order if c in left]
         unchecked = set(self._todo("check"))
+        unchecked = [c for c in order if c in unchecked]
+        phase = None
         try:
-            self.compile_ahead(progress, [c for c in order if c in unchecked], limits)
-            progress.update(tasks["check"],
-                            completed=totals["check"] - len(self._todo("check")))
+            if overlap_wanted():  # the check pass starts with the compile phase
+                phase = CompilePhase(self, progress, unchecked, limits)
+                if not phase.start(overlap=True):
+                    phase.join()
+                    phase = None
+            else:
+                self.compile_ahead(progress, unchecked, limits)
+            if phase is None:
+                progress.update(tasks["check"],
+                                completed=totals["check"] - len(self._todo("check")))
             t0 = time.monotonic()
             if todo_ids:
                 self.executor.measure(self.run_dir, todo_ids, cost, limits, self.device,
                                       on_event)
-        finally:  # the check workers started early and not used, the workers' GPU locks and
-            from harness.execute import sharing  # turn files (harness.execute.sharing),
+            if phase is not None:
+                phase.join()
+        finally:  # the compile phase stopped if it runs, the check workers started early and
+            from harness.execute import sharing  # not used, the workers' GPU locks and turn
 
+            if phase is not None:  # files (harness.execute.sharing),
+                phase.stop()
             self.executor.cancel_early()
             if self._early is None:  # unless profiler processes wait there
                 sharing.clear(self.run_dir)
@@ -157,44 +171,13 @@ class Runner(ProfilerPasses):
 
     def compile_ahead(self, progress: Progress, check_ids: list[str],
                       limits: dict[str, float]) -> None:
-        """Warm the kernel caches for the check pass (harness.execute.executors.warm): GPU runs
-        of the local and --gpus executors, cases of implementations that JIT-compile."""
-        if (self.device != "cuda" or not self.exp.timing.compile_ahead
-                or self.executor.kind not in ("local", "gpus") or not check_ids):
-            return
-        from harness.execute.executors.warm import compile_ahead, compile_units, warm_cases
-
-        ids, skipped = warm_cases(self.run_dir, self.op, check_ids)
-        out = {"workers": 0, "cases": 0, "wall_s": 0.0}
-        gpus = getattr(self.executor, "gpus", None) or [None]
-        beside, t0 = None, time.monotonic()
-        if ids:
-            task = progress.add_task("compile", total=len(ids))
-            # the check pass's first workers set themselves up meanwhile (early_check;
-            # HARNESS_EARLY_CHECK=0: they start after compile-ahead, as before)
-            if os.environ.get("HARNESS_EARLY_CHECK", "1") != "0":
-                self.executor.start_early(self.run_dir, self.device, limits)
-            side = _CheckBeside(self, progress, check_ids, limits, gpus)
-            try:
-                out = compile_ahead(self.run_dir, ids, device=self.device, limits=limits,
-                                    gpus=gpus,
-                                    on_event=progress_events(progress, task, "warm", "compile"),
-                                    units=compile_units(self.run_dir, self.op, ids),
-                                    gpu_mib=(self.manifest.get("env") or {}).get(
-                                        "gpu_memory_mib"))
-                beside = side.join()
-            except BaseException:
-                side.stop()
-                raise
-            progress.update(task, description="compile", completed=len(ids))
-        if out["workers"]:  # the phase: compile-ahead and the checks beside it
-            self.pass_wall["compile"] = round(time.monotonic() - t0, 2)
-            self.timeline.add("compile", t0)
-        if ids or skipped:  # skipped: checked on this host by the previous run of the same code
-            rec = {**out, "skipped": skipped}
-            if beside:
-                rec["checked_beside"] = beside
-            self.manifest = store.update_manifest(self.run_dir, compile_ahead=rec)
+        """The compile phase (harness.execute.compile_phase), then its end: compile-ahead warms
+        the kernel caches for the check pass (GPU runs of the local and --gpus executors, cases
+        of implementations that JIT-compile) while the cases that compile nothing are
+        checked beside it."""
+        phase = CompilePhase(self, progress, check_ids, limits)
+        phase.start()
+        phase.join()
 
     def _log(self, name: str) -> Path:
         return store.raw_dir(self.run_dir, "logs") / f"{name}.log"
@@ -264,43 +247,6 @@ class Runner(ProfilerPasses):
         from harness.analysis import pairing
 
         pairing.record(self.run_dir)  # the previous comparable run: `show`'s since block
-
-
-class _CheckBeside:
-    """The check of the cases that compile nothing, beside compile-ahead (the GPU is idle while
-    the CPU compiles; harness.execute.executors.warm.check_beside), in a thread of its own."""
-
-    def __init__(self, runner: "Runner", progress: Progress, check_ids: list[str],
-                 limits: dict[str, float], gpus: list):
-        import threading
-
-        from harness.execute.executors.warm import check_beside, check_beside_cases
-
-        self.result: dict | None = None
-        self.halt = threading.Event()
-        ids = check_beside_cases(runner.run_dir, runner.op, check_ids)
-        if not ids:
-            self.thread = None
-            return
-        task = progress.add_task("check beside compile", total=len(ids))
-
-        def work() -> None:
-            self.result = check_beside(runner.run_dir, ids, device=runner.device, limits=limits,
-                                       gpus=gpus, stop=self.halt,
-                                       on_event=progress_events(progress, task, "check",
-                                                                "check beside compile"))
-
-        self.thread = threading.Thread(target=work, name="check-beside", daemon=True)
-        self.thread.start()
-
-    def join(self) -> dict | None:
-        join(self.thread)
-        return self.result
-
-    def stop(self) -> None:
-        self.halt.set()
-        if self.thread is not None:
-            self.thread.join()
 
 
 def progress_events(progress: Progress, task, name: str, label: str):

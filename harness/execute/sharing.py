@@ -169,3 +169,124 @@ def whole_memory(run_dir, share: float, gpu: str | None = None,
             torch.cuda.set_per_process_memory_fraction(share)
     finally:
         os.close(fd)  # (closing it unlocks it)
+
+
+# -- the compile phase, while the check pass's workers start on what it has finished -------------
+
+AHEAD = "ahead"  # raw/locks/ahead/: cases.json, and warm.over / beside.over as each ends
+
+
+class AheadGate:
+    """What compile-ahead and the checks beside it still hold, for a check worker whose turn
+    came while they run (harness.execute.compile_phase): a compile-ahead case is the check's
+    once it has its warm record (its kernels are on disk) or compile-ahead is over; a case of
+    the checks beside it, once they are over (then unless they checked it). `walk` yields the
+    worker's cases in its order, each as soon as it is free, and waits when none is; a case
+    that ran out of memory while compile-ahead's workers held the GPU is `defer`red until
+    they are over. `open` answers None where no compile phase runs beside the check pass."""
+
+    def __init__(self, run_dir, folder: Path, cases: dict, poll_s: float = 0.1):
+        self.run_dir, self.folder, self.poll_s = Path(run_dir), folder, poll_s
+        self.warm = set(cases.get("warm") or ())
+        self.beside = set(cases.get("beside") or ())
+        self.warmed: set[str] = set()
+        self.waiting: list = []
+        self.for_memory: set[str] = set()
+        self.checked: set[str] | None = None  # what the checks beside recorded, once over
+        self.parent = os.getppid()
+
+    @classmethod
+    def open(cls, run_dir) -> "AheadGate | None":
+        path = Path(run_dir, *LOCKS, AHEAD)
+        try:
+            cases = json.loads((path / "cases.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return cls(run_dir, path, cases)
+
+    @staticmethod
+    def start(run_dir, warm: list[str], beside: list[str]) -> Path:
+        """The driver's side: the phase's cases written (before any worker's turn)."""
+        path = folder(run_dir, AHEAD)
+        for what in ("warm", "beside"):
+            (path / f"{what}.over").unlink(missing_ok=True)
+        tmp = path / "cases.tmp"
+        tmp.write_text(json.dumps({"warm": list(warm), "beside": list(beside)}))
+        os.replace(tmp, path / "cases.json")
+        return path
+
+    @staticmethod
+    def end(run_dir, what: str) -> None:
+        """The driver's side: `what` ("warm", "beside") is over."""
+        (folder(run_dir, AHEAD) / f"{what}.over").touch()
+
+    def over(self, what: str = "") -> bool:
+        """Whether `what` is over (no `what`: both)."""
+        return all((self.folder / f"{w}.over").exists() for w in ([what] if what else
+                                                                  ("warm", "beside")))
+
+    def _refresh(self) -> None:
+        from harness import store
+
+        left = self.warm - self.warmed
+        if left and not self.over("warm"):
+            self.warmed |= {r["case_id"] for r in store.read_parts(self.run_dir, "warm")} & left
+
+    def held(self, case_id: str) -> bool:
+        if case_id in self.for_memory:
+            return not self.over("warm")
+        if case_id in self.beside:
+            return not self.over("beside")
+        return case_id in self.warm and case_id not in self.warmed and not self.over("warm")
+
+    def wait(self, what: str = "") -> None:
+        """Until `what` is over (no `what`: both); ends the process if its driver is gone."""
+        while not self.over(what):
+            orphaned(self.parent)
+            time.sleep(self.poll_s)
+
+    def room(self, gpu: int | None) -> None:
+        """Before the first case: without a CUDA context yet, wait for room for one
+        (touch.room_before) or for compile-ahead's end (a context that does not fit ends the
+        process)."""
+        import torch
+
+        from harness.execute.touch import room_before
+
+        if not torch.cuda.is_initialized():
+            room_before(str(self.folder / "warm.over"), gpu)
+
+    def held_memory(self, rec: dict) -> bool:
+        """Whether a case's record says it ran out of the memory compile-ahead's workers
+        hold, while they still run (`defer` it)."""
+        return (rec.get("status") == "error" and not rec.get("context_dead")
+                and not self.over("warm") and "out of memory" in (rec.get("error") or "").lower())
+
+    def defer(self, item, case_id: str) -> None:
+        """`item` again once compile-ahead is over (it ran out of the memory it held)."""
+        self.for_memory.add(case_id)
+        self.waiting.append(item)
+
+    def walk(self, items: list, key=lambda item: item[0]):
+        """`items` in their order, each once it is free (`held` False); a case the checks
+        beside compile-ahead recorded meanwhile is left out."""
+        from harness import store
+
+        self.waiting = list(items)
+        while self.waiting:
+            self._refresh()
+            free = next((i for i in self.waiting if not self.held(key(i))), None)
+            if free is None:
+                orphaned(self.parent)
+                time.sleep(self.poll_s)
+                continue
+            self.waiting.remove(free)
+            case_id = key(free)
+            if case_id in self.beside and case_id not in self.for_memory:
+                if self.checked is None:
+                    self.checked = {r["case_id"] for r in store.read_parts(self.run_dir,
+                                                                           "check")}
+                if case_id in self.checked:
+                    continue
+            self.for_memory.discard(case_id)
+            yield free

@@ -96,6 +96,7 @@ class Worker:
         self.ref_cache = None
         self.code_hashes: dict[str, str] = {}
         self.warm_share: float | None = None  # the warm pass's share of GPU memory
+        self.ahead = False  # a check beside compile-ahead (run's `ahead`)
         self.process = 0  # which of the time pass's processes this is (0: the first)
         self.processes = store.time_processes(self.run_dir)  # how many there are
         from harness import tuning
@@ -289,15 +290,21 @@ class Worker:
         be claimed for it (compile-ahead's work stealing: sharing.Claims)."""
         from harness import store, tuning
 
-        self.process = store.repeat_index(tag)
+        self.process, self.ahead = store.repeat_index(tag), ahead
+        backends = {impl_backend(self.op, c[1]) for c in self.cases}
         if prewarm or wait_for:  # a check worker beside compile-ahead: CUDA if it fits
             early_check = "check" in passes and not prewarm
-            touch(self.device, {impl_backend(self.op, c[1]) for c in self.cases},
-                  turn=wait_for if early_check else None, gpu=_gpu_index())
+            touch(self.device, backends, turn=wait_for if early_check else None,
+                  gpu=_gpu_index())
             emit("ready")  # set up: a turn that came before waited for it (ProfilerPass)
+        # the check and time passes' workers, turned while the compile phase still runs
+        gate = (sharing.AheadGate.open(self.run_dir) if not ahead
+                and {"check", "time"} & set(passes) else None)
         if prewarm:
             if load_after:
                 sharing.wait_turn(load_after)
+            if gate is not None:  # its untimed calls would compile what compile-ahead does
+                gate.wait()
             self.prewarm(only, shard)
         # the check and time passes' workers are the driver's own children (not a profiler's)
         only = (self.wait_turn(wait_for, watch_parent=bool({"check", "time"} & set(passes)))
@@ -306,6 +313,8 @@ class Worker:
         tuning.take_new_picks()  # picks timed before this loop are no case's of it
         for pass_name in passes:
             part = tag or pass_name
+            if gate is not None and pass_name != "check":
+                gate.wait()  # nothing is timed beside the compile phase
             done = {r["case_id"]: r for r in store.read_parts(self.run_dir, part)}
             check_parts = {r["case_id"]: r for r in store.read_parts(self.run_dir, "check")}
             todo = [c for c in self.cases if c[0] not in done and (only is None or c[0] in only)]
@@ -313,7 +322,12 @@ class Worker:
                 rank = {c: i for i, c in enumerate(only)}
                 todo.sort(key=lambda c: rank.get(c[0], 0))
             emit("pass", name=part, total=len(todo))
-            for case_id, impl_name, params, dtype in todo:
+            gated = gate is not None and pass_name == "check" and not gate.over()
+            if gated:  # CUDA set up while compile-ahead builds the first classes
+                gate.room(_gpu_index())
+                touch(self.device, backends)
+            for item in gate.walk(todo) if gated else todo:
+                case_id, impl_name, params, dtype = item
                 if claim is not None and not claim.take(case_id):
                     continue  # its class is another worker's (compile-ahead's work stealing)
                 emit("start", name=part, case_id=case_id)
@@ -323,6 +337,11 @@ class Worker:
                     # beside one another: what the allocator caches goes back (a check lane
                     # held 37 GiB after naive's backward at N=16384, compile-ahead ran out)
                     self._release(collect=False)
+                if gated and gate.held_memory(rec):  # again once compile-ahead is over
+                    gate.defer(item, case_id)
+                    tuning.take_new_picks()
+                    emit("done", name=part, case_id=case_id, status="deferred")
+                    continue
                 # beside other work, a pick timed (new picks) is not kept, nor is an error
                 if ahead and (tuning.take_new_picks() or rec["status"] == "error"):
                     emit("done", name=part, case_id=case_id, status="deferred")
@@ -390,7 +409,9 @@ class Worker:
         for attempt in (0, 1):
             try:
                 forced = impl.split_config(self.forced.get(case_id) or {})
-                with (gpu_lock.exclusive() if alone else nullcontext()), \
+                # a check beside compile-ahead holds off a check worker's Tuner timing
+                with (gpu_lock.exclusive() if alone else gpu_lock.shared() if self.ahead
+                      else nullcontext()), \
                         tuning.forcing(forced), tuning.recording() as log, steering(impl):
                     rec = handler(impl, params, dtype, case_id)
                 break

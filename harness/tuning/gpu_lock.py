@@ -57,7 +57,10 @@ def _fd(name: str) -> int:
 def exclusive() -> Iterator[None]:
     """The GPU to this process alone for the block (see the module doc)."""
     base = path()
-    if base is None or _depth["exclusive"]:
+    if base is None or _depth["exclusive"] or _depth["shared"]:
+        # inside `shared` (a check beside compile-ahead whose case times a Tuner) it runs as
+        # it is: upgrading could deadlock with another sharer doing the same (the caller
+        # keeps no such timing: Worker.run's `ahead`)
         with _counted("exclusive"):
             yield
         return

@@ -89,10 +89,14 @@ def check_beside(run_dir: Path, case_ids: list[str], *, device: str,
     its inputs and references (correctness.ReferenceCache), computed once in one process; a
     cost estimate had dealt one lane 30 s of checks and the other 20 s (FLOPs halve for a
     causal shape, naive attention's work does not).
+    Each case holds the GPU's lock shared (harness.tuning.gpu_lock), so the check pass's
+    Tuners, timing candidates meanwhile (harness.execute.compile_phase), have it to themselves.
     Nothing is timed beside compile-ahead, and what would be is left alone: a case whose check
     raised (out of the memory the compile-ahead workers hold, say) or timed a Tuner gets no
     record, nor does one whose worker died or hung, and the check pass does it afterwards as
     it would have. Returns {"workers": n, "cases": n, "checked": n, "wall_s": s}."""
+    from harness.tuning import gpu_lock
+
     run_dir = Path(run_dir)
     ids = todo(run_dir, "check", case_ids)
     if not ids:
@@ -105,8 +109,9 @@ def check_beside(run_dir: Path, case_ids: list[str], *, device: str,
     t0 = time.monotonic()
     lane = _Lanes(run_dir, limits, on_event, stop)
 
-    def one(i: int, gpu) -> None:
-        lane(f"beside{i}", gpu, worker_env(device, gpu),
+    def one(i: int, gpu) -> None:  # each case with the GPU lock shared (Worker._one)
+        env = {**worker_env(device, gpu), gpu_lock.ENV: sharing.lock_path(run_dir, gpu)}
+        lane(f"beside{i}", gpu, env,
              worker_argv(run_dir, "check", device, ids, shard=f"beside{i}")
              + ["--ahead", "--claims", str(claims)])
 

@@ -1,0 +1,185 @@
+"""The check pass beside the compile phase (harness.execute.compile_phase): its workers get their
+turn as the phase starts and check each case once compile-ahead has built it (sharing.AheadGate),
+the checks beside compile-ahead keep their cases until they end, and nothing is timed before
+the phase is over. Real CPU worker processes with the self-test op where a process runs."""
+import json
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+
+from harness import store
+from harness.execute.sharing import AheadGate
+
+from test_executors import _run_dir
+
+
+def _warmed(run, case_id: str) -> None:
+    store.append_part(run, "warm", {"case_id": case_id, "status": "ok"}, shard="warm0")
+
+
+def _later(s: float, fn, *args) -> None:
+    threading.Timer(s, fn, args).start()
+
+
+def test_the_gate_gives_each_case_once_compile_ahead_or_the_checks_beside_let_it_go(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    assert AheadGate.open(run) is None  # no compile phase beside the check pass
+    AheadGate.start(run, warm=["a", "b"], beside=["c", "e"])
+    gate = AheadGate.open(run)
+    gate.poll_s = 0.01
+    items = [("a",), ("c",), ("b",), ("d",), ("e",)]
+    walk = gate.walk(items)
+    assert next(walk) == ("d",)  # neither compile-ahead's nor the checks beside's
+    _later(0.3, _warmed, run, "b")
+    t0 = time.monotonic()
+    assert next(walk) == ("b",)  # its kernels built: its turn, ahead of `a`
+    assert time.monotonic() - t0 >= 0.25
+    gate.defer(("b",), "b")  # it ran out of the memory compile-ahead holds: after it
+    assert gate.held("b") and gate.held("a")
+    # the checks beside end: what they checked is left out, what they left comes now
+    store.append_part(run, "check", {"case_id": "c", "status": "ok"}, shard="beside0")
+    AheadGate.end(run, "beside")
+    assert next(walk) == ("e",)
+    _later(0.3, AheadGate.end, run, "warm")
+    assert list(walk) == [("a",), ("b",)]
+    assert gate.over() and not gate.held("a")
+
+
+def test_a_check_out_of_compile_aheads_memory_waits_only_while_it_runs(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    AheadGate.start(run, warm=["a"], beside=[])
+    gate = AheadGate.open(run)
+    oom = {"status": "error", "error": "OutOfMemoryError: CUDA out of memory. Tried to "
+                                       "allocate 2.00 GiB"}
+    assert gate.held_memory(oom)
+    assert not gate.held_memory({**oom, "context_dead": True})
+    assert not gate.held_memory({"status": "error", "error": "ValueError: bad"})
+    assert not gate.held_memory({"status": "failed", "error": None})
+    AheadGate.end(run, "warm")
+    assert not gate.held_memory(oom)  # nothing holds the memory now: a real failure
+    AheadGate.start(run, warm=["a"], beside=[])  # a new phase: the ends are cleared
+    assert not AheadGate.open(run).over("warm")
+
+
+def test_an_exclusive_block_inside_a_shared_one_runs_without_upgrading(tmp_path, monkeypatch):
+    from harness.tuning import gpu_lock
+
+    monkeypatch.setenv(gpu_lock.ENV, str(tmp_path / "locks" / "gpu0"))
+    import fcntl
+
+    (tmp_path / "locks").mkdir()
+    other = os.open(str(tmp_path / "locks" / "gpu0.gpu"), os.O_RDWR | os.O_CREAT)
+    done = threading.Event()
+
+    def beside():  # a check beside compile-ahead whose case times a Tuner
+        with gpu_lock.shared(), gpu_lock.exclusive():
+            done.set()
+
+    try:
+        fcntl.flock(other, fcntl.LOCK_SH)  # another sharer: an upgrade would wait for it
+        threading.Thread(target=beside, daemon=True).start()
+        assert done.wait(10)
+    finally:
+        os.close(other)
+
+
+@pytest.mark.slow
+def test_a_check_worker_turned_during_the_compile_phase_waits_for_each_case(tmp_path, test_ops):
+    from harness.execute.executors.process import worker_argv, worker_env
+
+    run, ids = _run_dir(tmp_path, ["warm_tuned", "zeros"])
+    warm = [c for c in ids if c.startswith("warm_tuned")]
+    beside = [c for c in ids if c not in warm]
+    AheadGate.start(run, warm=warm, beside=beside)
+    events: list[dict] = []
+    proc = subprocess.Popen(worker_argv(run, "check,time", "cpu"), env=worker_env("cpu"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def pump():
+        for line in proc.stdout:
+            if line.startswith("@@harness "):
+                events.append(json.loads(line[len("@@harness "):]))
+
+    threading.Thread(target=pump, daemon=True).start()
+
+    def checked() -> list[str]:
+        return [r["case_id"] for r in store.read_parts(run, "check")]
+
+    def until(cond, what: str, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while not cond():
+            assert proc.poll() is None or cond(), f"the worker ended before {what}"
+            assert time.monotonic() < deadline, f"never: {what}"
+            time.sleep(0.05)
+
+    until(lambda: any(e.get("event") == "pass" and e.get("name") == "check" for e in events),
+          "its check pass began")
+    time.sleep(1.0)
+    assert checked() == []  # every case is compile-ahead's or the checks beside's yet
+    first = warm[0]
+    _warmed(run, first)
+    until(lambda: first in checked(), "the warmed case's check")
+    assert checked() == [first]
+    # the checks beside end, having checked one case: the worker checks the others only
+    store.append_part(run, "check", {"case_id": beside[0], "status": "ok"}, shard="beside0")
+    AheadGate.end(run, "beside")
+    until(lambda: set(beside) <= set(checked()), "the cases beside left")
+    assert not store.read_parts(run, "time")  # nothing timed while compile-ahead runs
+    assert set(checked()) == {first, *beside}
+    AheadGate.end(run, "warm")
+    assert proc.wait(timeout=120) == 0
+    own = [r["case_id"] for r in store.read_parts(run, "check") if "wall_s" in r]
+    assert beside[0] not in own and sorted(own) == sorted(set(ids) - {beside[0]})
+    assert {r["case_id"] for r in store.read_parts(run, "time")} == set(ids)
+
+
+def test_the_compile_phase_opens_the_gate_and_says_when_each_part_ends(tmp_path, test_ops,
+                                                                       monkeypatch):
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from harness.execute.compile_phase import CompilePhase
+    from harness.execute.executors import warm
+    from harness.execute.runner import Runner
+
+    seen = {}
+
+    def fake(run_dir, ids, **kw):  # compile-ahead: the gate is open, it has not ended
+        gate = AheadGate.open(run_dir)
+        seen["warm"] = gate and (sorted(gate.warm), gate.over("warm"))
+        return {"workers": 2, "cases": len(ids), "wall_s": 0.1}
+
+    def fake_beside(run_dir, ids, **kw):
+        gate = AheadGate.open(run_dir)
+        seen["beside"] = gate and sorted(gate.beside)
+        return {"workers": 1, "cases": len(ids), "checked": len(ids), "wall_s": 0.1}
+
+    monkeypatch.setattr(warm, "compile_ahead", fake)
+    monkeypatch.setattr(warm, "check_beside", fake_beside)
+    monkeypatch.setenv("HARNESS_EARLY_CHECK", "0")
+    run, ids = _run_dir(tmp_path, ["warm_tuned", "zeros"])
+    r = Runner(run, Console(file=open(os.devnull, "w")))
+    r.device = "cuda"
+    compiled = sorted(c for c in ids if c.startswith("warm_tuned"))
+    with Progress(console=r.console) as progress:
+        phase = CompilePhase(r, progress, ids, {})
+        assert phase.start(overlap=True)
+        phase.join()
+    assert seen == {"warm": (compiled, False), "beside": sorted(set(ids) - set(compiled))}
+    gate = AheadGate.open(run)
+    assert gate.over("warm") and gate.over("beside")
+    assert store.load_manifest(run)["compile_ahead"]["check_during"] is True
+    assert "compile" in r.pass_wall
+    # without overlap (HARNESS_CHECK_DURING_COMPILE=0, or `compile_ahead`) no gate is opened
+    run2, ids2 = _run_dir(tmp_path / "seq", ["warm_tuned", "zeros"])
+    r2 = Runner(run2, Console(file=open(os.devnull, "w")))
+    r2.device = "cuda"
+    with Progress(console=r2.console) as progress:
+        r2.compile_ahead(progress, ids2, {})
+    assert seen == {"warm": None, "beside": None} and AheadGate.open(run2) is None
+    assert "check_during" not in store.load_manifest(run2)["compile_ahead"]
