@@ -183,3 +183,25 @@ def test_the_compile_phase_opens_the_gate_and_says_when_each_part_ends(tmp_path,
         r2.compile_ahead(progress, ids2, {})
     assert seen == {"warm": None, "beside": None} and AheadGate.open(run2) is None
     assert "check_during" not in store.load_manifest(run2)["compile_ahead"]
+
+
+@pytest.mark.slow
+def test_a_gate_left_by_a_killed_driver_holds_no_later_run_of_the_run(tmp_path, test_ops):
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from harness.execute.runner import Runner
+
+    run, ids = _run_dir(tmp_path, ["zeros"])
+    AheadGate.start(run, warm=list(ids), beside=[])  # no end: its driver was killed
+    r = Runner(run, Console(file=open(os.devnull, "w")))
+    done = threading.Event()
+
+    def measure():
+        with Progress(console=r.console) as progress:
+            r.measure(progress)
+        done.set()
+
+    threading.Thread(target=measure, daemon=True).start()
+    assert done.wait(120), "the check worker waited for a compile phase that never ends"
+    assert {x["case_id"] for x in store.read_parts(run, "check")} == set(ids)

@@ -129,6 +129,10 @@ class Runner(ProfilerPasses):
         unchecked = set(self._todo("check"))
         unchecked = [c for c in order if c in unchecked]
         phase = None
+        from harness.execute import sharing
+
+        # a gate a killed driver left would hold this run's check workers for ever
+        sharing.clear(self.run_dir, sharing.AHEAD)
         try:
             if overlap_wanted():  # the check pass starts with the compile phase
                 phase = CompilePhase(self, progress, unchecked, limits)
@@ -147,10 +151,8 @@ class Runner(ProfilerPasses):
             if phase is not None:
                 phase.join()
         finally:  # the compile phase stopped if it runs, the check workers started early and
-            from harness.execute import sharing  # not used, the workers' GPU locks and turn
-
-            if phase is not None:  # files (harness.execute.sharing),
-                phase.stop()
+            if phase is not None:  # not used, the workers' GPU locks and turn files
+                phase.stop()  # (harness.execute.sharing),
             self.executor.cancel_early()
             if self._early is None:  # unless profiler processes wait there
                 sharing.clear(self.run_dir)
