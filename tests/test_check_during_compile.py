@@ -58,6 +58,8 @@ def test_a_check_out_of_compile_aheads_memory_waits_only_while_it_runs(tmp_path)
                                        "allocate 2.00 GiB"}
     assert gate.held_memory(oom)
     assert not gate.held_memory({**oom, "context_dead": True})
+    assert gate.held_memory({"status": "error", "error": "RuntimeError: CUDA error: "
+                                                        "CUBLAS_STATUS_ALLOC_FAILED when ..."})
     assert not gate.held_memory({"status": "error", "error": "ValueError: bad"})
     assert not gate.held_memory({"status": "failed", "error": None})
     AheadGate.end(run, "warm")

@@ -163,7 +163,7 @@ class Pair:
         from harness.execute.code_tree import op_for
         from harness.execute.executors.process import Driver
         from harness.execute.executors.schedule import case_costs, case_timeout_s, longest_first
-        from harness.execute.runner import progress_events
+        from harness.execute.compile_phase import progress_events
 
         m = store.load_manifest(self.head_dir)
         exp = spec.Experiment.model_validate(m["experiment"])
@@ -192,7 +192,7 @@ class Pair:
         from harness import store
         from harness.execute.code_tree import op_for
         from harness.execute.executors.warm import compile_ahead, compile_units, warm_cases
-        from harness.execute.runner import progress_events
+        from harness.execute.compile_phase import progress_events
 
         t0 = time.monotonic()
         for run_dir in (self.head_dir, self.base_dir):

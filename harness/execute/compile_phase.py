@@ -78,8 +78,6 @@ class CompilePhase:
 
     def _compile(self, gpus: list) -> None:
         from harness.execute.executors.warm import compile_ahead, compile_units
-        from harness.execute.runner import progress_events
-
         r = self.runner
         try:
             self.out = compile_ahead(
@@ -148,8 +146,6 @@ class _CheckBeside:
 
     def start(self) -> None:
         from harness.execute.executors.warm import check_beside
-        from harness.execute.runner import progress_events
-
         runner, progress, limits, gpus, on_end = self.args
         if not self.ids:
             on_end("beside")
@@ -176,3 +172,17 @@ class _CheckBeside:
         self.halt.set()
         if self.thread is not None:
             self.thread.join()
+
+
+def progress_events(progress: Progress, task, name: str, label: str):
+    """A workers' event callback for pass `name`: its current case on `task`'s line
+    (`label case_id`), one step forward per case done."""
+    def on_event(ev: dict) -> None:
+        if ev.get("name") != name:
+            return
+        if ev["event"] == "start":
+            progress.update(task, description=f"{label} {ev['case_id']}")
+        elif ev["event"] == "done":
+            progress.advance(task)
+
+    return on_event

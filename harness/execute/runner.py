@@ -251,20 +251,6 @@ class Runner(ProfilerPasses):
         pairing.record(self.run_dir)  # the previous comparable run: `show`'s since block
 
 
-def progress_events(progress: Progress, task, name: str, label: str):
-    """A workers' event callback for pass `name`: its current case on `task`'s line
-    (`label case_id`), one step forward per case done."""
-    def on_event(ev: dict) -> None:
-        if ev.get("name") != name:
-            return
-        if ev["event"] == "start":
-            progress.update(task, description=f"{label} {ev['case_id']}")
-        elif ev["event"] == "done":
-            progress.advance(task)
-
-    return on_event
-
-
 def wall_line(walls: dict[str, float]) -> str:
     """`wall: check 41.2 s · time 33.0 s · ncu 20.1 s · nsys 25.3 s · total 130.4 s` (shown
     by `show` at the end of a run; stored as the manifest's pass_wall_s)."""

@@ -194,6 +194,7 @@ class AheadGate:
         self.for_memory: set[str] = set()
         self.checked: set[str] | None = None  # what the checks beside recorded, once over
         self.parent = os.getppid()
+        self.read_at = float("-inf")  # when the warm records were last read
 
     @classmethod
     def open(cls, run_dir) -> "AheadGate | None":
@@ -229,7 +230,8 @@ class AheadGate:
         from harness import store
 
         left = self.warm - self.warmed
-        if left and not self.over("warm"):
+        if left and time.monotonic() - self.read_at >= self.poll_s and not self.over("warm"):
+            self.read_at = time.monotonic()
             self.warmed |= {r["case_id"] for r in store.read_parts(self.run_dir, "warm")} & left
 
     def held(self, case_id: str) -> bool:
@@ -245,22 +247,12 @@ class AheadGate:
             orphaned(self.parent)
             time.sleep(self.poll_s)
 
-    def room(self, gpu: int | None) -> None:
-        """Before the first case: without a CUDA context yet, wait for room for one
-        (touch.room_before) or for compile-ahead's end (a context that does not fit ends the
-        process)."""
-        import torch
-
-        from harness.execute.touch import room_before
-
-        if not torch.cuda.is_initialized():
-            room_before(str(self.folder / "warm.over"), gpu)
-
     def held_memory(self, rec: dict) -> bool:
         """Whether a case's record says it ran out of the memory compile-ahead's workers
         hold, while they still run (`defer` it)."""
+        text = (rec.get("error") or "").lower()
         return (rec.get("status") == "error" and not rec.get("context_dead")
-                and not self.over("warm") and "out of memory" in (rec.get("error") or "").lower())
+                and not self.over("warm") and ("out of memory" in text or "alloc_failed" in text))
 
     def defer(self, item, case_id: str) -> None:
         """`item` again once compile-ahead is over (it ran out of the memory it held)."""

@@ -47,7 +47,8 @@ def touch(device: str, backends: set, turn: str | None = None,
     jit = bool(backends & {"compile", "triton"})
     if jit:
         import triton
-    if turn is not None and not room_before(turn, gpu):
+    # a process with a CUDA context needs no room for one
+    if turn is not None and not torch.cuda.is_initialized() and not room_before(turn, gpu):
         return
     with gpu_lock.shared():
         torch.empty(1, device="cuda")  # CUDA's context and the allocator's first block

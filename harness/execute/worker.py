@@ -323,9 +323,10 @@ class Worker:
                 todo.sort(key=lambda c: rank.get(c[0], 0))
             emit("pass", name=part, total=len(todo))
             gated = gate is not None and pass_name == "check" and not gate.over()
-            if gated:  # CUDA set up while compile-ahead builds the first classes
-                gate.room(_gpu_index())
-                touch(self.device, backends)
+            if gated:  # CUDA set up while compile-ahead builds the first classes, once the
+                # GPU has room for a context (one that does not fit ends the process)
+                touch(self.device, backends, turn=str(gate.folder / "warm.over"),
+                      gpu=_gpu_index())
             for item in gate.walk(todo) if gated else todo:
                 case_id, impl_name, params, dtype = item
                 if claim is not None and not claim.take(case_id):
