@@ -49,23 +49,50 @@ def test_the_gate_gives_each_case_once_compile_ahead_or_the_checks_beside_let_it
     assert gate.over() and not gate.held("a")
 
 
-def test_a_check_out_of_compile_aheads_memory_waits_only_while_it_runs(tmp_path):
+def test_a_check_waits_for_compile_ahead_if_it_would_time_or_for_the_phase_if_out_of_memory(
+        tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    AheadGate.start(run, warm=["a"], beside=[])
+    AheadGate.start(run, warm=["a"], beside=["b"])
     gate = AheadGate.open(run)
     oom = {"status": "error", "error": "OutOfMemoryError: CUDA out of memory. Tried to "
                                        "allocate 2.00 GiB"}
-    assert gate.held_memory(oom)
-    assert not gate.held_memory({**oom, "context_dead": True})
-    assert gate.held_memory({"status": "error", "error": "RuntimeError: CUDA error: "
-                                                        "CUBLAS_STATUS_ALLOC_FAILED when ..."})
-    assert not gate.held_memory({"status": "error", "error": "ValueError: bad"})
-    assert not gate.held_memory({"status": "failed", "error": None})
+    timed = {"status": "error", "error": "TimingDeferred: timing held off while ..."}
+    assert gate.held_back(oom) == "" and gate.held_back(timed) == "warm"
+    assert gate.held_back({"status": "error", "error": "RuntimeError: CUDA error: "
+                                                       "CUBLAS_STATUS_ALLOC_FAILED when ..."}) == ""
+    assert gate.held_back({**oom, "context_dead": True}) is None
+    assert gate.held_back({"status": "error", "error": "ValueError: bad"}) is None
+    assert gate.held_back({"status": "failed", "error": None}) is None
     AheadGate.end(run, "warm")
-    assert not gate.held_memory(oom)  # nothing holds the memory now: a real failure
+    assert gate.held_back(timed) is None  # nothing held it off now: a real failure
+    assert gate.held_back(oom) == ""  # the checks beside still hold memory
+    gate.defer(("x",), "x", "")
+    assert gate.held("x")
+    AheadGate.end(run, "beside")
+    assert gate.held_back(oom) is None and not gate.held("x")
     AheadGate.start(run, warm=["a"], beside=[])  # a new phase: the ends are cleared
     assert not AheadGate.open(run).over("warm")
+
+
+def test_timing_held_off_raises_before_it_takes_or_times_anything(tmp_path, monkeypatch):
+    from harness.tuning import gpu_lock
+
+    for lock in (None, str(tmp_path / "locks" / "gpu0")):
+        if lock:
+            monkeypatch.setenv(gpu_lock.ENV, lock)
+        with gpu_lock.held_off():
+            with pytest.raises(gpu_lock.TimingDeferred):
+                with gpu_lock.exclusive():
+                    pass
+            with pytest.raises(gpu_lock.TimingDeferred):
+                with gpu_lock.try_exclusive():
+                    pass
+            with gpu_lock.shared():  # untimed work goes on
+                pass
+        with gpu_lock.exclusive():  # outside the block, as before
+            with gpu_lock.held_off(), gpu_lock.exclusive():  # nested in a held one: runs
+                pass
 
 
 def test_an_exclusive_block_inside_a_shared_one_runs_without_upgrading(tmp_path, monkeypatch):
@@ -90,14 +117,10 @@ def test_an_exclusive_block_inside_a_shared_one_runs_without_upgrading(tmp_path,
         os.close(other)
 
 
-@pytest.mark.slow
-def test_a_check_worker_turned_during_the_compile_phase_waits_for_each_case(tmp_path, test_ops):
+def _worker(run):
+    """A real check + time worker process on the CPU; its events, `checked()`, `until()`."""
     from harness.execute.executors.process import worker_argv, worker_env
 
-    run, ids = _run_dir(tmp_path, ["warm_tuned", "zeros"])
-    warm = [c for c in ids if c.startswith("warm_tuned")]
-    beside = [c for c in ids if c not in warm]
-    AheadGate.start(run, warm=warm, beside=beside)
     events: list[dict] = []
     proc = subprocess.Popen(worker_argv(run, "check,time", "cpu"), env=worker_env("cpu"),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -109,9 +132,6 @@ def test_a_check_worker_turned_during_the_compile_phase_waits_for_each_case(tmp_
 
     threading.Thread(target=pump, daemon=True).start()
 
-    def checked() -> list[str]:
-        return [r["case_id"] for r in store.read_parts(run, "check")]
-
     def until(cond, what: str, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
         while not cond():
@@ -121,22 +141,57 @@ def test_a_check_worker_turned_during_the_compile_phase_waits_for_each_case(tmp_
 
     until(lambda: any(e.get("event") == "pass" and e.get("name") == "check" for e in events),
           "its check pass began")
+    return proc, events, until
+
+
+def _checked(run) -> list[str]:
+    return [r["case_id"] for r in store.read_parts(run, "check")]
+
+
+@pytest.mark.slow
+def test_a_check_worker_turned_during_the_compile_phase_waits_for_each_case(tmp_path, test_ops):
+    run, ids = _run_dir(tmp_path, ["warm_tuned", "zeros"])
+    tuned = [c for c in ids if c.startswith("warm_tuned")]  # its check times a Tuner
+    plain = "zeros.N=64.float32"  # compile-ahead's here too: its check times nothing
+    beside = [c for c in ids if c not in tuned and c != plain]
+    AheadGate.start(run, warm=[*tuned, plain], beside=beside)
+    proc, events, until = _worker(run)
     time.sleep(1.0)
-    assert checked() == []  # every case is compile-ahead's or the checks beside's yet
-    first = warm[0]
-    _warmed(run, first)
-    until(lambda: first in checked(), "the warmed case's check")
-    assert checked() == [first]
+    assert _checked(run) == []  # every case is compile-ahead's or the checks beside's yet
+    _warmed(run, plain)
+    until(lambda: plain in _checked(run), "the warmed case's check")
+    # built but it would time its Tuner beside compile-ahead: again once that is over
+    _warmed(run, tuned[0])
+    until(lambda: any(e.get("case_id") == tuned[0] and e.get("status") == "deferred"
+                      for e in events), "the timing case deferred")
+    assert _checked(run) == [plain]
     # the checks beside end, having checked one case: the worker checks the others only
     store.append_part(run, "check", {"case_id": beside[0], "status": "ok"}, shard="beside0")
     AheadGate.end(run, "beside")
-    until(lambda: set(beside) <= set(checked()), "the cases beside left")
-    assert not store.read_parts(run, "time")  # nothing timed while compile-ahead runs
-    assert set(checked()) == {first, *beside}
+    until(lambda: set(beside) <= set(_checked(run)), "the cases beside left")
+    assert set(_checked(run)) == {plain, *beside}
     AheadGate.end(run, "warm")
     assert proc.wait(timeout=120) == 0
-    own = [r["case_id"] for r in store.read_parts(run, "check") if "wall_s" in r]
-    assert beside[0] not in own and sorted(own) == sorted(set(ids) - {beside[0]})
+    recs = {r["case_id"]: r for r in store.read_parts(run, "check") if "wall_s" in r}
+    assert beside[0] not in recs and sorted(recs) == sorted(set(ids) - {beside[0]})
+    assert {recs[c]["status"] for c in tuned} == {"ok"}  # timed once it could be, not failed
+    assert {r["case_id"] for r in store.read_parts(run, "time")} == set(ids)
+
+
+@pytest.mark.slow
+def test_nothing_is_timed_before_the_compile_phase_ends(tmp_path, test_ops):
+    run, ids = _run_dir(tmp_path, ["zeros"])
+    warm = [c for c in ids if c.startswith("zeros")]
+    AheadGate.start(run, warm=warm, beside=[c for c in ids if c not in warm])
+    proc, events, until = _worker(run)
+    for c in warm:
+        _warmed(run, c)
+    AheadGate.end(run, "beside")
+    until(lambda: len(set(_checked(run))) == len(ids), "every check")
+    time.sleep(1.0)
+    assert not store.read_parts(run, "time")  # checked, but compile-ahead still runs
+    AheadGate.end(run, "warm")
+    assert proc.wait(timeout=120) == 0
     assert {r["case_id"] for r in store.read_parts(run, "time")} == set(ids)
 
 
@@ -207,3 +262,39 @@ def test_a_gate_left_by_a_killed_driver_holds_no_later_run_of_the_run(tmp_path, 
     threading.Thread(target=measure, daemon=True).start()
     assert done.wait(120), "the check worker waited for a compile phase that never ends"
     assert {x["case_id"] for x in store.read_parts(run, "check")} == set(ids)
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_the_runner_starts_the_check_pass_with_the_compile_phase(tmp_path, test_ops,
+                                                                 monkeypatch, overlap):
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from harness.execute.executors import warm
+    from harness.execute.executors.local import LocalExecutor
+    from harness.execute.runner import Runner
+
+    measured, seen = threading.Event(), {}
+
+    def fake(run_dir, ids, **kw):  # compile-ahead: does the check pass start meanwhile?
+        seen["measured during the phase"] = measured.wait(10 if overlap else 0.5)
+        return {"workers": 2, "cases": len(ids), "wall_s": 0.1}
+
+    class Measure(LocalExecutor):
+        def measure(self, run_dir, case_ids, cost, limits, device, on_event):
+            gate = AheadGate.open(run_dir)
+            seen["gate"] = gate is not None and not gate.over("warm")
+            measured.set()
+
+    monkeypatch.setattr(warm, "compile_ahead", fake)
+    monkeypatch.setattr(warm, "check_beside", lambda run_dir, ids, **kw: None)
+    monkeypatch.setenv("HARNESS_EARLY_CHECK", "0")
+    monkeypatch.setenv("HARNESS_CHECK_DURING_COMPILE", "1" if overlap else "0")
+    run, ids = _run_dir(tmp_path, ["warm_tuned", "zeros"])
+    r = Runner(run, Console(file=open(os.devnull, "w")), Measure())
+    r.device = "cuda"
+    with Progress(console=r.console) as progress:
+        r.measure(progress)
+    assert seen == {"measured during the phase": overlap, "gate": overlap}
+    assert not (run / "raw" / "locks" / "ahead").exists()  # the gate goes with the passes
+    assert ("check_during" in store.load_manifest(run)["compile_ahead"]) == overlap

@@ -3,15 +3,16 @@ cases that compile nothing beside it, and the check pass's first workers set up 
 (early_check).
 
 By default the check pass does not wait for the phase's end (`overlap`): its workers get their
-turn as the phase starts and check each case as soon as compile-ahead has built its kernels
-(sharing.AheadGate: its warm record), leaving the cases of the checks beside it to them until
-they end, and a case that runs out of the memory compile-ahead holds until it ends. Nothing is
-timed beside the phase but the Tuners' candidates, with the GPU lock exclusive (the checks
-beside hold it shared per case: harness.tuning.gpu_lock); the time pass and the time pass's
-second process wait for the phase's end. On two H100s the GPUs had idled 7-9 s of a 19-22 s
-phase after the checks beside it, while the check pass, 25-41 s, waited: most of it the
-Tuners' timing of classes compile-ahead had long finished. `HARNESS_CHECK_DURING_COMPILE=0`
-runs the phase first, the check pass after it.
+turn as the phase starts, set CUDA up, and check each case as soon as compile-ahead has built
+its kernels (sharing.AheadGate: its warm record), leaving the cases of the checks beside it to
+them until they end. Nothing is timed while compile-ahead's workers run (gpu_lock.held_off): a
+case that would time a Tuner's, an autotuner's or Inductor's configs waits for their end, with
+its kernels and graphs loaded meanwhile; one that runs out of memory waits for the whole
+phase. The time pass and its second process wait for the phase's end too. (Timed beside
+compile-ahead, on two H100s, the Tuners' first-pass timings of 7 and 8 candidates in 520 came
+out over 1.15x, up to 3.3x, those of runs without.) On two H100s the GPUs had idled 7-9 s of
+a 19-22 s phase after the checks beside it, while the check pass, 25-41 s, waited for its end.
+`HARNESS_CHECK_DURING_COMPILE=0` runs the phase first, the check pass after it.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from rich.progress import Progress
 
 from harness import store
 from harness.execute import sharing
-from harness.execute.executors.process import join
+from harness.execute.executors.process import Interrupted, join
 
 OVERLAP_ENV = "HARNESS_CHECK_DURING_COMPILE"
 
@@ -60,16 +61,16 @@ class CompilePhase:
         r = self.runner
         self.task = self.progress.add_task("compile", total=len(self.ids))
         self.t0 = time.monotonic()
+        gpus = getattr(r.executor, "gpus", None) or [None]
+        self.side = _CheckBeside(r, self.progress, self.check_ids, self.limits, gpus,
+                                 on_end=self._ended)
+        if overlap:  # before any check worker starts: each reads it as it starts
+            sharing.AheadGate.start(r.run_dir, self.ids, self.side.ids)
+            self.gated = True
         # the check pass's first workers set themselves up meanwhile (early_check;
         # HARNESS_EARLY_CHECK=0: they start after compile-ahead, as before)
         if os.environ.get("HARNESS_EARLY_CHECK", "1") != "0":
             r.executor.start_early(r.run_dir, r.device, self.limits)
-        gpus = getattr(r.executor, "gpus", None) or [None]
-        self.side = _CheckBeside(r, self.progress, self.check_ids, self.limits, gpus,
-                                 on_end=self._ended)
-        if overlap:
-            sharing.AheadGate.start(r.run_dir, self.ids, self.side.ids)
-            self.gated = True
         self.side.start()
         self.thread = threading.Thread(target=self._compile, args=(gpus,), daemon=True,
                                        name="compile-ahead")
@@ -110,6 +111,9 @@ class CompilePhase:
         try:
             join(self.thread)
             beside = self.side.join() if self.side is not None else None
+        except KeyboardInterrupt:  # the run is left readable, as from a worker's Ctrl-C
+            self.stop()
+            raise Interrupted() from None
         except BaseException:
             self.stop()
             raise

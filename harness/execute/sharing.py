@@ -181,9 +181,10 @@ class AheadGate:
     came while they run (harness.execute.compile_phase): a compile-ahead case is the check's
     once it has its warm record (its kernels are on disk) or compile-ahead is over; a case of
     the checks beside it, once they are over (then unless they checked it). `walk` yields the
-    worker's cases in its order, each as soon as it is free, and waits when none is; a case
-    that ran out of memory while compile-ahead's workers held the GPU is `defer`red until
-    they are over. `open` answers None where no compile phase runs beside the check pass."""
+    worker's cases in its order, each as soon as it is free, and waits when none is. A case
+    that would have timed something (gpu_lock.held_off) is `defer`red until compile-ahead is
+    over, one that ran out of memory beside the phase until all of it is. `open` answers None
+    where no compile phase runs beside the check pass."""
 
     def __init__(self, run_dir, folder: Path, cases: dict, poll_s: float = 0.1):
         self.run_dir, self.folder, self.poll_s = Path(run_dir), folder, poll_s
@@ -191,7 +192,7 @@ class AheadGate:
         self.beside = set(cases.get("beside") or ())
         self.warmed: set[str] = set()
         self.waiting: list = []
-        self.for_memory: set[str] = set()
+        self.deferred: dict[str, str] = {}  # case -> what it waits for ("warm", "")
         self.checked: set[str] | None = None  # what the checks beside recorded, once over
         self.parent = os.getppid()
         self.read_at = float("-inf")  # when the warm records were last read
@@ -235,8 +236,8 @@ class AheadGate:
             self.warmed |= {r["case_id"] for r in store.read_parts(self.run_dir, "warm")} & left
 
     def held(self, case_id: str) -> bool:
-        if case_id in self.for_memory:
-            return not self.over("warm")
+        if case_id in self.deferred:
+            return not self.over(self.deferred[case_id])
         if case_id in self.beside:
             return not self.over("beside")
         return case_id in self.warm and case_id not in self.warmed and not self.over("warm")
@@ -247,16 +248,22 @@ class AheadGate:
             orphaned(self.parent)
             time.sleep(self.poll_s)
 
-    def held_memory(self, rec: dict) -> bool:
-        """Whether a case's record says it ran out of the memory compile-ahead's workers
-        hold, while they still run (`defer` it)."""
+    def held_back(self, rec: dict) -> str | None:
+        """What a case's record says it waits for while the phase runs: "warm" (it would have
+        timed: gpu_lock.TimingDeferred), "" (the whole phase: it ran out of the memory
+        compile-ahead's workers and the checks beside them hold), else None."""
         text = (rec.get("error") or "").lower()
-        return (rec.get("status") == "error" and not rec.get("context_dead")
-                and not self.over("warm") and ("out of memory" in text or "alloc_failed" in text))
+        if rec.get("status") != "error" or rec.get("context_dead"):
+            return None
+        if text.startswith("timingdeferred") and not self.over("warm"):
+            return "warm"
+        if ("out of memory" in text or "alloc_failed" in text) and not self.over():
+            return ""
+        return None
 
-    def defer(self, item, case_id: str) -> None:
-        """`item` again once compile-ahead is over (it ran out of the memory it held)."""
-        self.for_memory.add(case_id)
+    def defer(self, item, case_id: str, until: str = "") -> None:
+        """`item` again once `until` ("warm": compile-ahead; "": the whole phase) is over."""
+        self.deferred[case_id] = until
         self.waiting.append(item)
 
     def walk(self, items: list, key=lambda item: item[0]):
@@ -274,11 +281,11 @@ class AheadGate:
                 continue
             self.waiting.remove(free)
             case_id = key(free)
-            if case_id in self.beside and case_id not in self.for_memory:
+            if case_id in self.beside and case_id not in self.deferred:
                 if self.checked is None:
                     self.checked = {r["case_id"] for r in store.read_parts(self.run_dir,
                                                                            "check")}
                 if case_id in self.checked:
                     continue
-            self.for_memory.discard(case_id)
+            self.deferred.pop(case_id, None)
             yield free

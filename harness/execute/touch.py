@@ -75,3 +75,17 @@ def room_before(turn: str, gpu: int | None, poll_s: float = 0.1) -> bool:
         orphaned(parent)
         time.sleep(poll_s)
     return False
+
+
+def set_up_beside(device: str, backends: set, gate, gpu: int | None) -> None:
+    """A check worker turned while the compile phase runs (`gate`: its sharing.AheadGate):
+    `touch` once the GPU has room for a context or compile-ahead is over. A context that
+    still does not fit is left to the first case after compile-ahead (else the process would
+    end with no case in flight, and its Driver with it)."""
+    import traceback
+
+    try:
+        touch(device, backends, turn=str(gate.folder / "warm.over"), gpu=gpu)
+    except Exception:
+        traceback.print_exc()
+        gate.wait("warm")

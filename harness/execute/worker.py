@@ -40,7 +40,7 @@ from pathlib import Path
 
 from harness.errors import exception_line
 from harness.execute import sharing
-from harness.execute.touch import touch
+from harness.execute.touch import set_up_beside, touch
 from harness.machine.env import gpu_state
 
 EXIT_CONTEXT_DEAD = 3
@@ -289,6 +289,7 @@ class Worker:
         (units.json, {case: class}): a case is done only if its class is this worker's or can
         be claimed for it (compile-ahead's work stealing: sharing.Claims)."""
         from harness import store, tuning
+        from harness.tuning import gpu_lock
 
         self.process, self.ahead = store.repeat_index(tag), ahead
         backends = {impl_backend(self.op, c[1]) for c in self.cases}
@@ -323,23 +324,24 @@ class Worker:
                 todo.sort(key=lambda c: rank.get(c[0], 0))
             emit("pass", name=part, total=len(todo))
             gated = gate is not None and pass_name == "check" and not gate.over()
-            if gated:  # CUDA set up while compile-ahead builds the first classes, once the
-                # GPU has room for a context (one that does not fit ends the process)
-                touch(self.device, backends, turn=str(gate.folder / "warm.over"),
-                      gpu=_gpu_index())
+            if gated:  # CUDA set up while compile-ahead builds the first classes
+                set_up_beside(self.device, backends, gate, _gpu_index())
             for item in gate.walk(todo) if gated else todo:
                 case_id, impl_name, params, dtype = item
                 if claim is not None and not claim.take(case_id):
                     continue  # its class is another worker's (compile-ahead's work stealing)
                 emit("start", name=part, case_id=case_id)
                 began = time.perf_counter()
-                rec = self._one(pass_name, case_id, impl_name, params, dtype, check_parts)
-                if (pass_name == "warm" or ahead) and not rec.get("context_dead"):
+                beside = gated and not gate.over()  # nothing timed while compile-ahead runs
+                with gpu_lock.held_off() if beside and not gate.over("warm") else nullcontext():
+                    rec = self._one(pass_name, case_id, impl_name, params, dtype, check_parts)
+                if (pass_name == "warm" or ahead or beside) and not rec.get("context_dead"):
                     # beside one another: what the allocator caches goes back (a check lane
                     # held 37 GiB after naive's backward at N=16384, compile-ahead ran out)
                     self._release(collect=False)
-                if gated and gate.held_memory(rec):  # again once compile-ahead is over
-                    gate.defer(item, case_id)
+                until = gate.held_back(rec) if beside else None
+                if until is not None:  # again once compile-ahead (or the whole phase) is over
+                    gate.defer(item, case_id, until)
                     tuning.take_new_picks()
                     emit("done", name=part, case_id=case_id, status="deferred")
                     continue
@@ -417,7 +419,8 @@ class Worker:
                     rec = handler(impl, params, dtype, case_id)
                 break
             except Exception as exc:  # a failing kernel fails its case, not the run
-                traceback.print_exc()
+                if not isinstance(exc, gpu_lock.TimingDeferred):  # (deferred, not failed)
+                    traceback.print_exc()
                 if not attempt and not alone and gpu_lock.path() and sharing.out_of_memory(exc):
                     # another process of the run shares this GPU (gpu_lock): the case is not
                     # failed for memory that process held; once more with the GPU to itself
