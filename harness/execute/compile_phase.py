@@ -79,6 +79,7 @@ class CompilePhase:
 
     def _compile(self, gpus: list) -> None:
         from harness.execute.executors.warm import compile_ahead, compile_units
+
         r = self.runner
         try:
             self.out = compile_ahead(
