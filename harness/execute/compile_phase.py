@@ -42,10 +42,10 @@ class CompilePhase:
         from harness.execute.executors.warm import warm_cases
 
         self.runner, self.progress, self.check_ids, self.limits = runner, progress, check_ids, limits
-        self.active = (runner.device == "cuda" and runner.exp.timing.compile_ahead
-                       and runner.executor.kind in ("local", "gpus") and bool(check_ids))
+        active = (runner.device == "cuda" and runner.exp.timing.compile_ahead
+                  and runner.executor.kind in ("local", "gpus") and bool(check_ids))
         self.ids, self.skipped = (warm_cases(runner.run_dir, runner.op, check_ids)
-                                  if self.active else ([], 0))
+                                  if active else ([], 0))
         self.out = {"workers": 0, "cases": 0, "wall_s": 0.0}
         self.thread = self.side = self.error = self.task = None
         self.halt = threading.Event()

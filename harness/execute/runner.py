@@ -134,13 +134,11 @@ class Runner(ProfilerPasses):
         # a gate a killed driver left would hold this run's check workers for ever
         sharing.clear(self.run_dir, sharing.AHEAD)
         try:
-            if overlap_wanted():  # the check pass starts with the compile phase
-                phase = CompilePhase(self, progress, unchecked, limits)
-                if not phase.start(overlap=True):
-                    phase.join()
-                    phase = None
-            else:
-                self.compile_ahead(progress, unchecked, limits)
+            # by default the check pass starts with the compile phase (compile_phase)
+            phase = CompilePhase(self, progress, unchecked, limits)
+            if not phase.start(overlap=overlap_wanted()):  # else it ends first
+                phase.join()
+                phase = None
             if phase is None:
                 progress.update(tasks["check"],
                                 completed=totals["check"] - len(self._todo("check")))

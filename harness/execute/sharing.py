@@ -114,8 +114,9 @@ class Claims:
         return True
 
 
-def out_of_memory(exc: BaseException) -> bool:
-    """Whether `exc` says the GPU ran out of memory (torch's, cuBLAS's or a library's words)."""
+def out_of_memory(exc: BaseException | str) -> bool:
+    """Whether `exc` (or a record's error line) says the GPU ran out of memory (torch's,
+    cuBLAS's or a library's words)."""
     if type(exc).__name__ == "OutOfMemoryError":
         return True
     text = str(exc).lower()
@@ -252,12 +253,12 @@ class AheadGate:
         """What a case's record says it waits for while the phase runs: "warm" (it would have
         timed: gpu_lock.TimingDeferred), "" (the whole phase: it ran out of the memory
         compile-ahead's workers and the checks beside them hold), else None."""
-        text = (rec.get("error") or "").lower()
+        text = rec.get("error") or ""
         if rec.get("status") != "error" or rec.get("context_dead"):
             return None
-        if text.startswith("timingdeferred") and not self.over("warm"):
+        if text.startswith("TimingDeferred") and not self.over("warm"):
             return "warm"
-        if ("out of memory" in text or "alloc_failed" in text) and not self.over():
+        if out_of_memory(text) and not self.over():
             return ""
         return None
 

@@ -30,17 +30,18 @@ def main(argv: list[str]) -> int:
     # the phase alone: the check pass would start beside it (harness.execute.compile_phase)
     os.environ["HARNESS_CHECK_DURING_COMPILE"] = "0"
     from harness.cli import main as harness_main
-    from harness.execute.runner import Runner
+    from harness.execute.compile_phase import CompilePhase
 
     seen: dict = {}
-    original = Runner.compile_ahead
+    original = CompilePhase.join
 
-    def compile_only(self, progress, check_ids, limits):
-        original(self, progress, check_ids, limits)
-        seen.update(run_dir=self.run_dir, wall_s=self.pass_wall.get("compile"))
+    def compile_only(self):  # the phase's end (recorded), then the run stops
+        original(self)
+        r = self.runner
+        seen.update(run_dir=r.run_dir, wall_s=r.pass_wall.get("compile"))
         raise _Stop()
 
-    Runner.compile_ahead = compile_only
+    CompilePhase.join = compile_only
     exp, out = argv[0], argv[1]
     try:
         harness_main(["run", exp, "--store", out, *argv[2:]])
