@@ -794,9 +794,20 @@ def test_side_by_side_processes_of_one_gpu_start_together_and_run_in_turn(tmp_pa
     for p in passes:  # both on GPU 0, one process each: one lane of two
         out = store.raw_dir(run, p.name, "gpu0")
         p.shards = [(0, ids, out)]
-    r._run_processes(passes)
+    exported = {}  # each shard's export: when it began (wall clock), in the lane's own thread
+
+    def export(p, i):
+        exported[p.name] = time.time()
+        r._export_one(p, i)
+    r._run_processes(passes, after=export)
     first = json.loads((run / "raw" / "firstprof" / "gpu0" / "times.json").read_text())
     second = json.loads((run / "raw" / "secondprof" / "gpu0" / "times.json").read_text())
+    # the first's export: once its process had ended, while the second's still ran
+    assert first[1] <= exported["firstprof"] < second[1]
+    assert second[1] <= exported["secondprof"]
+    assert all(0 in p.finished for p in passes)  # (what parsing said is kept in it)
+    r._export(passes)  # nothing left to export: the shards' exports are kept
+    assert passes[0].finished[0]["export_end"] <= passes[1].finished[0]["export_end"]
     assert second[0] < first[1]  # started before the first process was over
     assert "--prewarm --wait-for" in (run / "raw" / "secondprof" / "gpu0" /
                                       "secondprof.log").read_text()

@@ -32,7 +32,7 @@ class ProfilerPass:
         self.progress, self.task = progress, task
         self.shards: list[tuple] = []           # (gpu, case ids, out dir) per process
         self.outcome: dict[int, tuple[int, bool]] = {}
-        self.finished: list[dict] = []
+        self.finished: dict[int, dict] = {}    # shard -> its export (export)
         self.record: dict = {}                  # execute.profile_carry.pass_record
         self.carry = None                       # execute.profile_carry.Carry: taken over
         self.per_case: dict[str, float] = {}    # wall time under the profiler (replays included)
@@ -44,6 +44,32 @@ class ProfilerPass:
         self.shard_edges: dict[int, dict[str, float]] = {}  # the same, per shard
         self.over: dict[int, threading.Event] = {}  # a shard's process has done its cases
         self._lock = threading.Lock()
+
+    def export(self, i: int, run_dir, timeline) -> None:
+        """Export and parse shard i's capture into `finished[i]` ({frame, tables, error,
+        tables_error, export_s}): whatever fails is kept there, not raised (the timing results
+        and the raw files stay); `timeline` gets its span."""
+        _gpu, ids, out_dir = self.shards[i]
+        self.progress.update(self.task, description=f"{self.name} export")
+        t0 = time.monotonic()
+        got: dict = {"frame": None, "tables": {}, "error": None, "tables_error": None}
+        try:
+            if self.name == "torch_profiler":
+                from harness.profilers.torch_profiler import write_kernels
+                write_kernels(run_dir, out_dir, ids)
+            self.prof.export(out_dir)
+            got["frame"] = self.prof.parse(out_dir)
+        except Exception as exc:  # keep the timing results and the raw files whatever happens
+            got["error"] = exc
+        else:
+            try:  # tables besides metrics (ncu: source lines); a failure costs only them
+                got["tables"] = self.prof.extra_tables(out_dir)
+            except Exception as exc:
+                got["tables_error"] = exc
+        got["export_end"] = time.monotonic()
+        got["export_s"] = got["export_end"] - t0
+        timeline.add(f"{self.name} export", t0)
+        self.finished[i] = got
 
     def cases_over(self, i: int) -> threading.Event:
         """Set when shard i's process has done its last case and handed back its cached

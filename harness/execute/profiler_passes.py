@@ -103,7 +103,9 @@ class ProfilerPasses(EarlyStart):
                 p.shards = shards
             if early is not None:
                 early.planned.set()
-            self._run_processes(passes, early)
+            # a shard's export starts when its process ends: on two H100s ncu's took 1.7 s,
+            # after both GPUs' nsys processes, while it could have run beside them
+            self._run_processes(passes, early, after=self._export_one)
             if early is not None:  # the passes' wall runs from the first turn
                 started = min((p.span[0] for p in passes if p.span), default=started)
             self._export(passes)
@@ -138,7 +140,7 @@ class ProfilerPasses(EarlyStart):
         stop = CallStop(early.stop if early is not None else None)
         try:
             self._in_turn([(p, 0) for p in passes], stop,
-                          after=lambda p, i: self._export([p]),
+                          after=self._export_one,
                           go=early.gate(passes[0].shards[0][0]) if early is not None else None)
         except KeyboardInterrupt:
             raise Interrupted() from None
@@ -221,11 +223,13 @@ class ProfilerPasses(EarlyStart):
         p.record, p.carry = record, carry
         return p
 
-    def _run_processes(self, passes: list[ProfilerPass], early: Early | None = None) -> None:
+    def _run_processes(self, passes: list[ProfilerPass], early: Early | None = None,
+                       after: Callable[[ProfilerPass, int], None] | None = None) -> None:
         """Every shard of `passes` as a profiler process pinned to its GPU: one process at a
         time on a GPU (a GPU's later processes loading meanwhile: _in_turn), the GPUs
         side by side. Ctrl-C stops them all (Interrupted). `early`: a GPU's first process
-        waits too, for its GPU's gate (start_early)."""
+        waits too, for its GPU's gate (start_early). `after(p, i)`: once shard i of pass p
+        has ended (its export, while the GPU's later processes run)."""
         by_gpu: dict[object, list[tuple[ProfilerPass, int]]] = {}
         for p in passes:
             for i, (gpu, _ids, _out) in enumerate(p.shards):
@@ -248,9 +252,11 @@ class ProfilerPasses(EarlyStart):
             if len(jobs) == 1 and early is None:
                 one(*jobs[0])
                 self.gpu_idle(gpu)  # its last cases of the run are done
+                if after is not None and not stop.is_set():
+                    after(*jobs[0])
                 return
             # early: a GPU's turn comes when its own shard of the measure passes has ended
-            self._in_turn(jobs, stop, go=early.gate(gpu) if early is not None else None)
+            self._in_turn(jobs, stop, after, go=early.gate(gpu) if early is not None else None)
 
         try:
             run_threads([threading.Thread(target=lane, args=(jobs,), daemon=True)
@@ -267,11 +273,11 @@ class ProfilerPasses(EarlyStart):
         """One GPU's processes (shard i of pass p for each (p, i) of `jobs`), started together
         and run in turn, each after the first loading its cases meanwhile, under the GPU's
         lock; the next has its turn when a process's cases are done (its `end`: the profiler
-        writes its report meanwhile), `after(p, i)` once it has ended (_run_in_turn: its
-        export). `go` (start_early): every process starts now and waits; when `go` is set, the
-        first has its turn and the others load their cases (not before: their calls would
-        hold the time pass's timing off; on an H100 loading flash.yaml's cases beside its time
-        pass made that pass 16 s longer)."""
+        writes its report meanwhile), `after(p, i)` in a thread of its own once it has ended
+        (its export, beside the GPU's later processes). `go` (start_early): every process
+        starts now and waits; when `go` is set, the first has its turn and the others load
+        their cases (not before: their calls would hold the time pass's timing off; on an
+        H100 loading flash.yaml's cases beside its time pass made that pass 16 s longer)."""
         gpu = jobs[0][0].shards[jobs[0][1]][0]
         turns = [sharing.turn_file(self.run_dir, f"{p.name}.gpu{gpu}.{i}")
                  if k or go is not None else None for k, (p, i) in enumerate(jobs)]
@@ -283,6 +289,7 @@ class ProfilerPasses(EarlyStart):
                    for k, ((p, i), turn, load) in enumerate(zip(jobs, turns, loads))]
         for t in threads:
             t.start()
+        exports: list[threading.Thread] = []
 
         def give(k: int) -> None:  # process k's turn: its span starts now
             p, i = jobs[k]
@@ -314,52 +321,34 @@ class ProfilerPasses(EarlyStart):
                 if stop.is_set():
                     break
                 if after is not None:
-                    after(*jobs[k])
+                    exports.append(threading.Thread(target=after, args=jobs[k], daemon=True))
+                    exports[-1].start()
         except BaseException:  # no process is left waiting for a turn that never comes
             stop.set()
             raise
         finally:
-            for t in threads:
+            for t in threads + exports:
                 t.join()
 
     def _export(self, passes: list[ProfilerPass]) -> None:
-        """Export and parse every shard's capture, side by side (each shard is an ncu or nsys
-        process of its own, and reading a large report takes seconds)."""
-        for p in passes:
-            p.progress.update(p.task, description=f"{p.name} export")
-            p.finished = [None] * len(p.shards)
+        """Export and parse each shard's capture not exported yet (ProfilerPass.export), side
+        by side (each shard is an ncu or nsys process of its own, and reading a large report
+        takes seconds)."""
+        jobs = [(p, i) for p in passes for i in range(len(p.shards)) if i not in p.finished]
+        if jobs:
+            with ThreadPoolExecutor(len(jobs)) as pool:
+                list(pool.map(lambda job: self._export_one(*job), jobs))
 
-        def finish(job: tuple) -> None:
-            p, i = job
-            _gpu, ids, out_dir = p.shards[i]
-            t0 = time.monotonic()
-            got: dict = {"frame": None, "tables": {}, "error": None, "tables_error": None}
-            try:
-                if p.name == "torch_profiler":
-                    from harness.profilers.torch_profiler import write_kernels
-                    write_kernels(self.run_dir, out_dir, ids)
-                p.prof.export(out_dir)
-                got["frame"] = p.prof.parse(out_dir)
-            except Exception as exc:  # keep the timing results and the raw files whatever happens
-                got["error"] = exc
-            else:
-                try:  # tables besides metrics (ncu: source lines); a failure costs only them
-                    got["tables"] = p.prof.extra_tables(out_dir)
-                except Exception as exc:
-                    got["tables_error"] = exc
-            got["export_s"] = time.monotonic() - t0
-            self.timeline.add(f"{p.name} export", t0)
-            p.finished[i] = got
-
-        jobs = [(p, i) for p in passes for i in range(len(p.shards))]
-        with ThreadPoolExecutor(len(jobs)) as pool:
-            list(pool.map(finish, jobs))
+    def _export_one(self, p: ProfilerPass, i: int) -> None:
+        p.export(i, self.run_dir, self.timeline)
 
     def _merge_pass(self, p: ProfilerPass, side_by_side: bool = False, early: bool = False) -> None:
         prof_name = p.name
         ran = p.span[1] - p.span[0] if p.span else 0.0
-        export_s = max((got["export_s"] for got in p.finished), default=0.0)
-        wall = ran + export_s
+        export_s = max((got["export_s"] for got in p.finished.values()), default=0.0)
+        # to its last export's end (a shard exported while another process ran ends sooner)
+        ends = [got["export_end"] for got in p.finished.values() if "export_end" in got]
+        wall = max(ends) - p.span[0] if p.span and ends else ran + export_s
         self.pass_wall[prof_name] = round(wall, 2)
         p.progress.update(p.task, description=prof_name)
 
