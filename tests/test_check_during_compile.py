@@ -49,6 +49,22 @@ def test_the_gate_gives_each_case_once_compile_ahead_or_the_checks_beside_let_it
     assert gate.over() and not gate.held("a")
 
 
+def test_a_waiting_process_loads_each_case_once_compile_ahead_has_built_it(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    AheadGate.start(run, warm=["a", "b"], beside=["c"])
+    gate = AheadGate.open(run)
+    gate.poll_s = 0.01
+    ready = gate.loadable(["a", "c", "b", "d"])
+    # not compile-ahead's: at once, the checks beside compile-ahead notwithstanding
+    assert [next(ready), next(ready)] == ["c", "d"]
+    _later(0.3, _warmed, run, "b")
+    t0 = time.monotonic()
+    assert next(ready) == "b" and time.monotonic() - t0 >= 0.25  # built: ahead of `a`
+    _later(0.3, AheadGate.end, run, "warm")
+    assert list(ready) == ["a"]  # compile-ahead over: built or not, its to load
+
+
 def test_a_check_waits_for_compile_ahead_if_it_would_time_or_for_the_phase_if_out_of_memory(
         tmp_path):
     run = tmp_path / "run"
@@ -193,6 +209,56 @@ def test_nothing_is_timed_before_the_compile_phase_ends(tmp_path, test_ops):
     AheadGate.end(run, "warm")
     assert proc.wait(timeout=120) == 0
     assert {r["case_id"] for r in store.read_parts(run, "time")} == set(ids)
+
+
+@pytest.mark.slow
+def test_the_time_pass_helper_loads_what_compile_ahead_built_while_the_phase_runs(
+        tmp_path, test_ops):
+    """The time pass's later process, started as the phase starts (`--prewarm --wait-for`):
+    its first calls load each case once compile-ahead has built it, before the phase ends,
+    so that they do not hold the GPU while the check pass's Tuners time; one not built yet
+    waits for compile-ahead's end; nothing is timed before its turn."""
+    from harness.execute.executors.process import worker_argv, worker_env
+
+    log = tmp_path / "tune.log"
+    run, ids = _run_dir(tmp_path, ["warm_tuned"], n=(64, 128))
+    tuned = [c for c in ids if c.startswith("warm_tuned.")]
+    assert len(tuned) == 2
+    AheadGate.start(run, warm=tuned, beside=[c for c in ids if c not in tuned])
+    go = tmp_path / "go.json"
+    env = {**worker_env("cpu"), "HARNESS_TEST_TUNE_LOG": str(log), "TRITON_INTERPRET": "1"}
+    proc = subprocess.Popen(worker_argv(run, "time", "cpu", ids, tag="time_p2")
+                            + ["--prewarm", "--wait-for", str(go)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+    def loaded() -> list[str]:
+        return [r["case_id"] for r in store.read_parts(run, "load")]
+
+    def until(cond, what: str) -> None:
+        deadline = time.monotonic() + 120
+        while not cond():
+            assert proc.poll() is None, f"the worker ended before {what}"
+            assert time.monotonic() < deadline, f"never: {what}"
+            time.sleep(0.05)
+
+    try:
+        time.sleep(3.0)
+        assert loaded() == []  # nothing built yet
+        _warmed(run, tuned[1])
+        until(lambda: loaded() == [tuned[1]], "the built case's load")
+        time.sleep(1.0)
+        assert loaded() == [tuned[1]]  # the other is not built: compile-ahead still runs
+        AheadGate.end(run, "warm")
+        until(lambda: sorted(loaded()) == sorted(tuned), "the other case's load")
+        assert not store.read_parts(run, "time_p2") and " measure " not in log.read_text()
+        AheadGate.end(run, "beside")
+        go.write_text(json.dumps(tuned))
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert sorted(r["case_id"] for r in store.read_parts(run, "time_p2")) == sorted(tuned)
+    assert all(r["status"] == "ok" for r in store.read_parts(run, "load"))
 
 
 def test_the_compile_phase_opens_the_gate_and_says_when_each_part_ends(tmp_path, test_ops,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from contextlib import nullcontext
 from typing import Callable
 
 from harness import store
@@ -29,48 +30,78 @@ PREWARM_BACKENDS = ("compile", "library", "triton")
 
 
 def prewarm(worker, only: list[str] | None, shard: str | None, emit: Callable,
-            backend_of: Callable[[str], str | None]) -> None:
+            backend_of: Callable[[str], str | None], gate=None) -> None:
     """`worker` (a harness.execute.worker.Worker) calls each of `only` (its cases if None)
     whose implementation's backend (`backend_of`) loads something, once, untimed; records
-    each call's load seconds; `emit` is the worker's progress line (start/done, `prewarm`)."""
-    from harness import tuning
-    from harness.tuning import gpu_lock
-    from harness.tuning.autotune import steering
+    each call's load seconds; `emit` is the worker's progress line (start/done, `prewarm`).
 
+    `gate` (sharing.AheadGate: the time pass's later process, started while the compile
+    phase runs): each case once compile-ahead has built it (its warm record), while the phase
+    still runs, nothing of it timed (gpu_lock.held_off); a call that would have timed or ran
+    out of memory beside the phase is made again after it. Loaded after the phase instead,
+    its calls (a torch.compile graph's ~0.2 s each) held the GPU lock shared while the check
+    pass's Tuners waited to time: 6.2-8.2 s of waiting per flash.yaml run on H100s."""
     cases = {c[0]: c for c in worker.cases}
     order = [c for c in (only if only is not None else list(cases)) if c in cases]
     backend = {c: backend_of(cases[c][1]) for c in order}
     order = sorted((c for c in order if backend[c] in PREWARM_BACKENDS),
                    key=lambda c: PREWARM_BACKENDS.index(backend[c]))
-    for case_id in order:
-        _, impl_name, params, dtype = cases[case_id]
-        emit("start", name="prewarm", case_id=case_id)
-        status, load_s = "ok", None
-        try:
-            impl = worker.op.get_impl(impl_name)
-            if impl.reason_unavailable(params, dtype, worker.device) is None:
-                forced = impl.split_config(worker.forced.get(case_id) or {})
-                with gpu_lock.shared(), tuning.forcing(forced), tuning.compile_only(), \
-                        steering(impl):
-                    began = time.perf_counter()
-                    fn, _ = worker._prepare(impl, params, dtype, case_id)
-                    fn()
-                    worker._sync()
-                    load_s = time.perf_counter() - began
-                    fn = None
-        except Exception:
+    later = []
+    phase = gate is not None and not gate.over()
+    for case_id in gate.loadable(order) if phase else order:
+        if phase and gate.over():  # the phase has ended: the rest as without it
+            phase = False
+        if not _load(worker, cases[case_id], shard, emit, beside=phase):
+            later.append(case_id)
+    if later:
+        gate.wait()
+        for case_id in later:
+            _load(worker, cases[case_id], shard, emit)
+
+
+def _load(worker, case: tuple, shard: str | None, emit: Callable, beside: bool = False) -> bool:
+    """One untimed first call of `case`; False when made `beside` the compile phase and it
+    would have timed something or ran out of memory there (nothing recorded: again later)."""
+    from harness import tuning
+    from harness.execute.sharing import out_of_memory
+    from harness.tuning import gpu_lock
+    from harness.tuning.autotune import steering
+
+    case_id, impl_name, params, dtype = case
+    emit("start", name="prewarm", case_id=case_id)
+    status, load_s, again = "ok", None, False
+    try:
+        impl = worker.op.get_impl(impl_name)
+        if impl.reason_unavailable(params, dtype, worker.device) is None:
+            forced = impl.split_config(worker.forced.get(case_id) or {})
+            with gpu_lock.held_off() if beside else nullcontext(), gpu_lock.shared(), \
+                    tuning.forcing(forced), tuning.compile_only(), steering(impl):
+                began = time.perf_counter()
+                fn, _ = worker._prepare(impl, params, dtype, case_id)
+                fn()
+                worker._sync()
+                load_s = time.perf_counter() - began
+                fn = None
+    except Exception as exc:
+        again = beside and (isinstance(exc, gpu_lock.TimingDeferred) or out_of_memory(exc))
+        if not again:
             traceback.print_exc()
             status = "error"
-        tuning.take_new_picks()
-        worker._release(collect=False)
-        if load_s is not None:
-            try:
-                store.append_part(worker.run_dir, LOAD_PART, {
-                    "case_id": case_id, "load_s": round(load_s, 4), "status": status},
-                    shard=shard)
-            except OSError:  # a record of what loading cost is not worth failing the process
-                traceback.print_exc()
-        emit("done", name="prewarm", case_id=case_id, status=status)
+    fn = None  # (its inputs go back below, the exception's frames gone)
+    tuning.take_new_picks()
+    worker._release(collect=again)
+    if again:
+        emit("done", name="prewarm", case_id=case_id, status="deferred")
+        return False
+    if load_s is not None:
+        try:
+            store.append_part(worker.run_dir, LOAD_PART, {
+                "case_id": case_id, "load_s": round(load_s, 4), "status": status},
+                shard=shard)
+        except OSError:  # a record of what loading cost is not worth failing the process
+            traceback.print_exc()
+    emit("done", name="prewarm", case_id=case_id, status=status)
+    return True
 
 
 def load_seconds(run_dir) -> dict[str, float]:

@@ -267,6 +267,22 @@ class AheadGate:
         self.deferred[case_id] = until
         self.waiting.append(item)
 
+    def loadable(self, case_ids: list[str]):
+        """`case_ids` in their order, each once what compile-ahead builds for it is on disk
+        (its warm record, or compile-ahead over): a waiting process's first call
+        (harness.execute.prewarm) then loads it instead of compiling it again."""
+        left = list(case_ids)
+        while left:
+            self._refresh()
+            free = next((c for c in left if c not in self.warm or c in self.warmed
+                         or self.over("warm")), None)
+            if free is None:
+                orphaned(self.parent)
+                time.sleep(self.poll_s)
+                continue
+            left.remove(free)
+            yield free
+
     def walk(self, items: list, key=lambda item: item[0]):
         """`items` in their order, each once it is free (`held` False); a case the checks
         beside compile-ahead recorded meanwhile is left out."""

@@ -304,9 +304,7 @@ class Worker:
         if prewarm:
             if load_after:
                 sharing.wait_turn(load_after)
-            if gate is not None:  # its untimed calls would compile what compile-ahead does
-                gate.wait()
-            self.prewarm(only, shard)
+            self.prewarm(only, shard, gate)  # beside the compile phase: what it has built
         # the check and time passes' workers are the driver's own children (not a profiler's)
         only = (self.wait_turn(wait_for, watch_parent=bool({"check", "time"} & set(passes)))
                 if wait_for else only)
@@ -367,11 +365,12 @@ class Worker:
                 emit("end", name=part)
         return 0
 
-    def prewarm(self, only: list[str] | None, shard: str | None = None) -> None:
+    def prewarm(self, only: list[str] | None, shard: str | None = None, gate=None) -> None:
         """One untimed call of each case that loads something (harness.execute.prewarm)."""
         from harness.execute.prewarm import prewarm
 
-        prewarm(self, only, shard, emit, lambda impl_name: impl_backend(self.op, impl_name))
+        prewarm(self, only, shard, emit, lambda impl_name: impl_backend(self.op, impl_name),
+                gate)
 
     def _release(self, collect: bool = True) -> None:
         """Hand the last case's memory back to the GPU (another process shares it): torch's
