@@ -65,6 +65,38 @@ def test_a_waiting_process_loads_each_case_once_compile_ahead_has_built_it(tmp_p
     assert list(ready) == ["a"]  # compile-ahead over: built or not, its to load
 
 
+def test_beside_the_phase_only_torch_compile_graphs_load_the_rest_after_it(tmp_path,
+                                                                         monkeypatch):
+    """The time pass helper's prewarm while the compile phase runs: a torch.compile case once
+    built, beside the phase (one that would time or ran out of memory there again after it);
+    a Triton or library case, and an eager one never, after it."""
+    from types import SimpleNamespace
+
+    from harness.execute import prewarm
+
+    run = tmp_path / "run"
+    run.mkdir()
+    AheadGate.start(run, warm=["g1", "g2", "t1"], beside=["e1"])
+    gate = AheadGate.open(run)
+    gate.poll_s = 0.01
+    backends = {"g1": "compile", "g2": "compile", "t1": "triton", "l1": "library", "e1": "torch"}
+    calls = []
+
+    def load(worker, case, shard, emit, beside=False):
+        calls.append((case[0], beside, gate.over()))
+        return not (beside and case[0] == "g2")  # g2 ran out of memory beside the phase
+
+    monkeypatch.setattr(prewarm, "_load", load)
+    worker = SimpleNamespace(cases=[(c, c, None, None) for c in backends])
+    _warmed(run, "g2")
+    _later(0.3, _warmed, run, "g1")
+    _later(0.6, AheadGate.end, run, "warm")
+    _later(0.7, AheadGate.end, run, "beside")
+    prewarm.prewarm(worker, None, None, lambda *a, **k: None, backends.get, gate)
+    assert calls == [("g2", True, False), ("g1", True, False),  # beside, each once built
+                     ("g2", False, True), ("l1", False, True), ("t1", False, True)]
+
+
 def test_a_check_waits_for_compile_ahead_if_it_would_time_or_for_the_phase_if_out_of_memory(
         tmp_path):
     run = tmp_path / "run"

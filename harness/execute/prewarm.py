@@ -27,6 +27,7 @@ from harness import store
 LOAD_PART = "load"
 # what loads something on its first call in a process, costliest first
 PREWARM_BACKENDS = ("compile", "library", "triton")
+BESIDE_BACKENDS = ("compile",)  # what a waiting process loads while the compile phase runs
 
 
 def prewarm(worker, only: list[str] | None, shard: str | None, emit: Callable,
@@ -36,27 +37,29 @@ def prewarm(worker, only: list[str] | None, shard: str | None, emit: Callable,
     each call's load seconds; `emit` is the worker's progress line (start/done, `prewarm`).
 
     `gate` (sharing.AheadGate: the time pass's later process, started while the compile
-    phase runs): each case once compile-ahead has built it (its warm record), while the phase
-    still runs, nothing of it timed (gpu_lock.held_off); a call that would have timed or ran
-    out of memory beside the phase is made again after it. Loaded after the phase instead,
-    its calls (a torch.compile graph's ~0.2 s each) held the GPU lock shared while the check
-    pass's Tuners waited to time: 6.2-8.2 s of waiting per flash.yaml run on H100s."""
+    phase runs): the torch.compile cases (BESIDE_BACKENDS) each once compile-ahead has built
+    it (its warm record), while the phase still runs, nothing of it timed (gpu_lock.held_off);
+    a call that would have timed or ran out of memory beside the phase is made again after
+    it, and so are the other backends' (short calls, whose seconds beside the phase would
+    mislead the profilers' planner: a cuDNN case's took 0.25 s there, 0.07 s after). Loaded
+    after the phase, the torch.compile graphs (~0.25 s each) held the GPU lock shared while
+    the check pass's Tuners waited to time: 6.2-9.9 s of waiting per flash.yaml run on H100s,
+    0.1-1.2 s with them loaded beside the phase."""
     cases = {c[0]: c for c in worker.cases}
     order = [c for c in (only if only is not None else list(cases)) if c in cases]
     backend = {c: backend_of(cases[c][1]) for c in order}
     order = sorted((c for c in order if backend[c] in PREWARM_BACKENDS),
                    key=lambda c: PREWARM_BACKENDS.index(backend[c]))
     later = []
-    phase = gate is not None and not gate.over()
-    for case_id in gate.loadable(order) if phase else order:
-        if phase and gate.over():  # the phase has ended: the rest as without it
-            phase = False
-        if not _load(worker, cases[case_id], shard, emit, beside=phase):
-            later.append(case_id)
-    if later:
+    if gate is not None and not gate.over():
+        beside = [c for c in order if backend[c] in BESIDE_BACKENDS]
+        for case_id in gate.loadable(beside):  # (each once it is built)
+            if not _load(worker, cases[case_id], shard, emit, beside=not gate.over()):
+                later.append(case_id)
         gate.wait()
-        for case_id in later:
-            _load(worker, cases[case_id], shard, emit)
+        order = later + [c for c in order if backend[c] not in BESIDE_BACKENDS]
+    for case_id in order:
+        _load(worker, cases[case_id], shard, emit)
 
 
 def _load(worker, case: tuple, shard: str | None, emit: Callable, beside: bool = False) -> bool:
