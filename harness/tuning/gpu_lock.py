@@ -48,8 +48,8 @@ def held_off() -> Iterator[None]:
     on its GPU and load the host's cores (harness.execute.compile_phase) leaves a case that
     would time a Tuner's, an autotuner's or Inductor's configs until they end. Timed beside
     them, on two H100s, 7 and 8 of 520 Tuner candidates' first-pass timings came out over
-    1.15x (up to 3.3x) their timing in a run without, where two runs without differed by at
-    most 1.15x."""
+    1.15x (up to 3.3x) their timing in a run without; between two runs with this hold, 0-3
+    (flash.yaml cold, six pairs), and three keys' best candidates lost there."""
     old, _held[0] = _held[0], True
     try:
         yield
