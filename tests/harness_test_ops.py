@@ -161,6 +161,20 @@ def warm_tuned(x):
     return x * 2
 
 
+@op.impl("warm_ends", backend="compile")
+def warm_ends(x):
+    """y = 2x; each call first ends compile-ahead (touches $HARNESS_TEST_WARM_OVER, its
+    `warm.over`), then times something, as a Tuner would: a check begun while compile-ahead
+    ran is held off (gpu_lock.TimingDeferred) though compile-ahead is over when it returns"""
+    from harness.tuning import gpu_lock
+
+    path = os.environ.get("HARNESS_TEST_WARM_OVER")
+    if path:
+        open(path, "a").close()
+    with gpu_lock.exclusive():
+        return x * 2
+
+
 @op.impl("warm_hang", backend="compile")
 def warm_hang(x):
     while True:  # a compile that never ends

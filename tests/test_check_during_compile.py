@@ -113,12 +113,15 @@ def test_a_check_waits_for_compile_ahead_if_it_would_time_or_for_the_phase_if_ou
     assert gate.held_back({"status": "error", "error": "ValueError: bad"}) is None
     assert gate.held_back({"status": "failed", "error": None}) is None
     AheadGate.end(run, "warm")
-    assert gate.held_back(timed) is None  # nothing held it off now: a real failure
+    # held off while compile-ahead's last workers ran: once more, now that nothing holds it
+    assert gate.held_back(timed) == "warm"
+    gate.defer(("t",), "t", "warm")
+    assert not gate.held("t")
     assert gate.held_back(oom) == ""  # the checks beside still hold memory
     gate.defer(("x",), "x", "")
     assert gate.held("x")
     AheadGate.end(run, "beside")
-    assert gate.held_back(oom) is None and not gate.held("x")
+    assert gate.held_back(oom) == "" and not gate.held("x")  # begun beside: once more, after
     AheadGate.start(run, warm=["a"], beside=[])  # a new phase: the ends are cleared
     assert not AheadGate.open(run).over("warm")
 
@@ -165,12 +168,13 @@ def test_an_exclusive_block_inside_a_shared_one_runs_without_upgrading(tmp_path,
         os.close(other)
 
 
-def _worker(run):
+def _worker(run, env: dict | None = None):
     """A real check + time worker process on the CPU; its events, `checked()`, `until()`."""
     from harness.execute.executors.process import worker_argv, worker_env
 
     events: list[dict] = []
-    proc = subprocess.Popen(worker_argv(run, "check,time", "cpu"), env=worker_env("cpu"),
+    proc = subprocess.Popen(worker_argv(run, "check,time", "cpu"),
+                            env={**worker_env("cpu"), **(env or {})},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def pump():
@@ -224,6 +228,23 @@ def test_a_check_worker_turned_during_the_compile_phase_waits_for_each_case(tmp_
     assert beside[0] not in recs and sorted(recs) == sorted(set(ids) - {beside[0]})
     assert {recs[c]["status"] for c in tuned} == {"ok"}  # timed once it could be, not failed
     assert {r["case_id"] for r in store.read_parts(run, "time")} == set(ids)
+
+
+@pytest.mark.slow
+def test_a_check_held_off_as_compile_ahead_ends_is_checked_again(tmp_path, test_ops):
+    """A check begun while compile-ahead ran, held off (TimingDeferred) while its last
+    workers ended: checked again, not recorded as an error (which left the case untimed)."""
+    run, ids = _run_dir(tmp_path, ["warm_ends"])
+    case = next(c for c in ids if c.startswith("warm_ends."))
+    gate = AheadGate.start(run, warm=[case], beside=[c for c in ids if c != case])
+    AheadGate.end(run, "beside")
+    _warmed(run, case)
+    proc, events, until = _worker(run, {"HARNESS_TEST_WARM_OVER": str(gate / "warm.over")})
+    assert proc.wait(timeout=120) == 0
+    recs = [r for r in store.read_parts(run, "check") if r["case_id"] == case]
+    assert [(r["status"], r["error"]) for r in recs] == [("ok", None)]
+    timed = {r["case_id"]: r["status"] for r in store.read_parts(run, "time")}
+    assert timed[case] == "ok" and set(timed) == set(ids)
 
 
 @pytest.mark.slow
