@@ -44,7 +44,7 @@ def prewarm(worker, only: list[str] | None, shard: str | None, emit: Callable,
     mislead the profilers' planner: a cuDNN case's took 0.25 s there, 0.07 s after). Loaded
     after the phase, the torch.compile graphs (~0.25 s each) held the GPU lock shared while
     the check pass's Tuners waited to time: 6.2-9.9 s of waiting per flash.yaml run on H100s,
-    0.1-1.2 s with them loaded beside the phase."""
+    0.1-1.4 s with them loaded beside the phase."""
     cases = {c[0]: c for c in worker.cases}
     order = [c for c in (only if only is not None else list(cases)) if c in cases]
     backend = {c: backend_of(cases[c][1]) for c in order}
