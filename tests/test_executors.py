@@ -271,6 +271,20 @@ def test_show_prints_where_a_real_runs_profiler_processes_spent_their_turn():
                              "last 3.4")
 
 
+def test_show_prints_the_profilers_plan_against_when_each_gpu_ended(tmp_path, test_ops):
+    run, _ = _run_dir(tmp_path, ["zeros"])
+    store.update_manifest(run, pass_spans_s={"ncu@gpu0": [54.4, 67.0], "nsys@gpu0": [66.4, 81.6],
+                                             "ncu@gpu1": [61.4, 72.8], "nsys@gpu1": [72.4, 77.3]},
+                          profiler_plan={"at_s": 50.31, "gpus": [
+                              {"gpu": 0, "busy_s": 3.7, "end_s": 75.44,
+                               "cases": {"ncu": 3, "nsys": 160}},
+                              {"gpu": 1, "busy_s": 10.3, "end_s": 76.0,
+                               "cases": {"ncu": 4, "nsys": 120}}]})
+    out = harness("show", run.name, "--store", str(run.parent)).stdout
+    assert ("profilers' plan (at 50.3 s): GPU 0 done at ~75.4 s, ended 81.6 · GPU 1 done at "
+            "~76.0 s, ended 77.3") in out
+
+
 def test_timeline_merges_a_phase_added_twice_and_orders_by_start():
     from harness.execute.timeline import Timeline, timeline_line
 
@@ -461,7 +475,7 @@ def test_shard_by_impl_keeps_light_implementations_whole_and_splits_the_tail():
 
 
 def test_shard_profilers_deals_both_passes_onto_the_gpus_together():
-    from harness.execute.executors.schedule import shard_profilers
+    from harness.execute.executors.schedule import planned_ends, shard_profilers
     # per-implementation seconds of flash.yaml's passes on an H200 (ncu: one case each)
     ncu = {"naive": 8.3, "torch_compile": 5.6, "triton_flash": 4.4, "sdpa_efficient": 2.2,
            "fused_mha": 1.9, "sdpa_flash": 1.7, "sdpa_cudnn": 0.9}
@@ -505,6 +519,15 @@ def test_shard_profilers_deals_both_passes_onto_the_gpus_together():
         return sum(proc[p] + sum(cost[c] for c in ids) for p, ids in g.items())
     assert work(late[1]) < work(late[0]) and work(late[1]) < min(work(g) for g in free)
     assert max(work(late[0]), 10.0 + work(late[1])) < max(work(free[0]), 10.0 + work(free[1]))
+    # when the deal expects each GPU to be done: busy, a process per pass, cases, set-ups
+    assert planned_ends(late, units, cost, proc, busy=[0.0, 10.0]) == pytest.approx(
+        [work(late[0]), 10.0 + work(late[1])])
+    setup = {("nsys", "torch_compile"): 9.0}
+    dealt = shard_profilers(units, cost, 2, proc, setup)
+    held = [i for i, g in enumerate(dealt) if any("|torch_compile." in c
+                                                  for c in g.get("nsys", []))]
+    assert planned_ends(dealt, units, cost, proc, setup) == pytest.approx(
+        [work(g) + (9.0 if i in held else 0.0) for i, g in enumerate(dealt)])
 
 
 def test_measure_left_is_each_gpus_later_timings_not_done_yet(tmp_path, test_ops):
@@ -654,6 +677,19 @@ def test_profiler_passes_share_the_gpus_side_by_side(tmp_path, test_ops, monkeyp
     assert {"slowprof export", "fastprof export"} <= set(spans), spans
     for k in lanes:
         assert 0 <= spans[k][0] <= spans[k][1] <= spans[f"{k.split('@')[0]} export"][1]
+    # the deal's expected ends, against each GPU's last process's end (`show`'s plan line)
+    from harness.execute.timeline import plan_line
+
+    plan = store.load_manifest(run)["profiler_plan"]
+    assert [g["gpu"] for g in plan["gpus"]] == [0, 1] and 0 <= plan["at_s"]
+    assert {p for g in plan["gpus"] for p in g["cases"]} == {"slowprof", "fastprof"}
+    assert sum(g["cases"].get("fastprof", 0) for g in plan["gpus"]) == len(ids)
+    assert all(g["end_s"] > plan["at_s"] for g in plan["gpus"])
+    ended = {g: max(b for k, (_, b) in spans.items() if k.endswith(f"@gpu{g}")) for g in (0, 1)}
+    line = plan_line(plan, spans)
+    assert line.startswith(f"profilers' plan (at {plan['at_s']:.1f} s): GPU 0 done at ~")
+    assert f"ended {ended[0]:.1f} · GPU 1" in line and line.endswith(f"ended {ended[1]:.1f}")
+    assert plan_line(None, spans) is None
     # one pass alone still splits over both GPUs
     r2 = Runner(run, Console(file=open(os.devnull, "w")), GpuExecutor([0, 1]))
     r2.profile_cases = lambda which: ids

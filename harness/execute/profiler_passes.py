@@ -25,7 +25,7 @@ from harness.execute import prewarm, profile_carry, sharing
 from harness.execute.executors.process import (Interrupted, describe_rc, run_threads,
                                                stream, worker_argv, worker_env)
 from harness.execute.executors.schedule import (PROFILE_CASE_S, PROFILE_PROCESS_S, PROFILE_SETUP_S,
-                                        shard_by_impl, shard_profilers)
+                                                planned_ends, shard_by_impl, shard_profilers)
 from harness.execute.previous import previous_profile_s
 from harness.execute.profiler_early import Early, EarlyStart, measure_left_s
 from harness.execute.profiler_pass import CallStop, ProfilerPass
@@ -440,8 +440,17 @@ class ProfilerPasses(EarlyStart):
                     setup[u] = setup.get(u, 0.0) + loads.get(c, 0.0) if loads else PROFILE_SETUP_S
         process_s = {p.name: PROFILE_PROCESS_S.get(p.name, PROFILE_PROCESS_S["default"])
                      for p in passes}
-        per_gpu = shard_profilers(units, cost, len(gpus), process_s, setup,
-                                  measure_left_s(self.run_dir, gpus) if early else None)
+        busy = measure_left_s(self.run_dir, gpus) if early else None
+        per_gpu = shard_profilers(units, cost, len(gpus), process_s, setup, busy)
+        at = time.monotonic() - self.timeline.t0  # the deal's expected ends, for `show`
+        plan = [{"gpu": g, "busy_s": round(busy[i] if busy else 0.0, 2),
+                 "end_s": round(at + end, 2),
+                 "cases": {p: len(ids) for p, ids in per_gpu[i].items()}}
+                for i, (g, end) in enumerate(zip(gpus, planned_ends(per_gpu, units, cost,
+                                                                    process_s, setup, busy)))]
+        with store.MANIFEST_LOCK:  # the runner's other thread writes it too
+            self.manifest = store.update_manifest(
+                self.run_dir, profiler_plan={"at_s": round(at, 2), "gpus": plan})
         out = []
         for p in passes:
             pos = {c: i for i, c in enumerate(p.cases)}

@@ -70,3 +70,19 @@ def profiler_line(walls: dict[str, dict]) -> str | None:
                 bits.append(f"after its last {p['after_last_s']:.1f}")
             parts.append(f"{label} " + ", ".join(bits))
     return "profiler processes (s from each turn): " + " · ".join(parts) if parts else None
+
+
+def plan_line(plan: dict | None, spans: dict[str, list[float]]) -> str | None:
+    """`profilers' plan (at 50.3 s): GPU 0 done at ~75.4 s, ended 81.6 · GPU 1 ...`: when the
+    deal of the profiler processes onto the GPUs (the manifest's `profiler_plan`) expected
+    each GPU's last one to end, against when it did (its last `<pass>@gpu<i>` span); None
+    without a plan (one GPU)."""
+    if not isinstance(plan, dict) or not plan.get("gpus"):
+        return None
+    parts = []
+    for g in plan["gpus"]:
+        ended = [b for k, (_a, b) in spans.items() if k.endswith(f"@gpu{g['gpu']}")
+                 and k.split("@")[0] in (g.get("cases") or {})]
+        parts.append(f"GPU {g['gpu']} done at ~{g['end_s']:.1f} s"
+                     + (f", ended {max(ended):.1f}" if ended else ""))
+    return f"profilers' plan (at {plan['at_s']:.1f} s): " + " · ".join(parts)

@@ -268,11 +268,13 @@ def render(run_dir: str | Path, console: Console) -> None:
         from harness.execute.runner import wall_line
 
         console.print(wall_line(m["pass_wall_s"]))
-    from harness.execute.timeline import profiler_line, timeline_line
+    from harness.execute.timeline import plan_line, profiler_line, timeline_line
 
     if m.get("pass_spans_s"):  # when each phase ran: what overlapped, what the run waited on
         console.print(f"[dim]{escape(timeline_line(m['pass_spans_s']))}[/]", soft_wrap=True)
     if line := profiler_line(m.get("profiler_wall_s") or {}):
+        console.print(f"[dim]{escape(line)}[/]", soft_wrap=True)
+    if line := plan_line(m.get("profiler_plan"), m.get("pass_spans_s") or {}):
         console.print(f"[dim]{escape(line)}[/]", soft_wrap=True)
     render_since(run_dir, console)
 

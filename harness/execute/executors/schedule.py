@@ -256,6 +256,24 @@ def shard_profilers(units: dict[tuple[str, str], list[str]], cost: dict[str, flo
     return gpus
 
 
+def planned_ends(per_gpu: list[dict[str, list[str]]], units: dict[tuple[str, str], list[str]],
+                 cost: dict[str, float], process_s: dict[str, float],
+                 setup: dict[tuple[str, str], float] | None = None,
+                 busy: list[float] | None = None) -> list[float]:
+    """When shard_profilers' deal (`per_gpu`, its arguments after) expects each GPU to be done,
+    in seconds from the deal: its busy time, a process per pass it got, its cases' costs and
+    the set-up of each unit it holds cases of."""
+    unit_of = {c: u for u, ids in units.items() for c in ids}
+    ends = []
+    for i, got in enumerate(per_gpu):
+        held = {unit_of[c] for ids in got.values() for c in ids if c in unit_of}
+        ends.append((busy[i] if busy else 0.0)
+                    + sum(process_s.get(p, 0.0) for p in got)
+                    + sum(cost.get(c, 0.0) for ids in got.values() for c in ids)
+                    + sum((setup or {}).get(u, 0.0) for u in held))
+    return ends
+
+
 MAX_COMPILE_WORKERS = 8  # per GPU; Triton's precompile runs up to 8 threads in each
 CORES_PER_COMPILE_WORKER = 2
 # GPU memory per compile-ahead worker: each keeps to its part of MEMORY_SHARE (warm.py). A case
