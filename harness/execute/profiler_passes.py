@@ -448,9 +448,7 @@ class ProfilerPasses(EarlyStart):
                  "cases": {p: len(ids) for p, ids in per_gpu[i].items()}}
                 for i, (g, end) in enumerate(zip(gpus, planned_ends(per_gpu, units, cost,
                                                                     process_s, setup, busy)))]
-        with store.MANIFEST_LOCK:  # the runner's other thread writes it too
-            self.manifest = store.update_manifest(
-                self.run_dir, profiler_plan={"at_s": round(at, 2), "gpus": plan})
+        store.update_manifest(self.run_dir, profiler_plan={"at_s": round(at, 2), "gpus": plan})
         out = []
         for p in passes:
             pos = {c: i for i, c in enumerate(p.cases)}
