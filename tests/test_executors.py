@@ -697,6 +697,7 @@ def test_profiler_passes_share_the_gpus_side_by_side(tmp_path, test_ops, monkeyp
         r2.profile_passes(progress, [("fastprof", SimpleNamespace(cases="all", timeout_s=120))])
     m = store.load_metrics(run)
     assert set(m[m.source == "fastprof"].value) == {0.0, 1.0}
+    assert store.load_manifest(run).get("profiler_plan") is None  # no deal: the last one gone
     # each of its processes says where its own run went besides its cases
     rec = store.load_manifest(run)["profiler_wall_s"]["fastprof"]
     procs = rec["processes"]

@@ -94,6 +94,8 @@ class ProfilerPasses(EarlyStart):
         passes = [p for p in (self._plan_pass(progress, name, opts) for name, opts in todo) if p]
         if not passes:  # all skipped or carried over
             return
+        if store.load_manifest(self.run_dir).get("profiler_plan") is not None:
+            store.update_manifest(self.run_dir, profiler_plan=None)  # an earlier deal's
         gpus = self.executor.profiler_gpus()
         if len(gpus) > 1 and (len(passes) > 1 or early is not None):
             started = time.monotonic()
