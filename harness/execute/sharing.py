@@ -236,12 +236,28 @@ class AheadGate:
             self.read_at = time.monotonic()
             self.warmed |= {r["case_id"] for r in store.read_parts(self.run_dir, "warm")} & left
 
+    def built(self, case_id: str) -> bool:
+        """Whether what compile-ahead builds for `case_id` is on disk (its warm record, or
+        compile-ahead over), or it builds nothing for it."""
+        return case_id not in self.warm or case_id in self.warmed or self.over("warm")
+
     def held(self, case_id: str) -> bool:
         if case_id in self.deferred:
             return not self.over(self.deferred[case_id])
         if case_id in self.beside:
             return not self.over("beside")
-        return case_id in self.warm and case_id not in self.warmed and not self.over("warm")
+        return not self.built(case_id)
+
+    def _first(self, items: list, free):
+        """The first of `items` that is `free`, once one is (the warm records read again
+        meanwhile); ends the process if its driver is gone."""
+        while True:
+            self._refresh()
+            found = next((i for i in items if free(i)), None)
+            if found is not None:
+                return found
+            orphaned(self.parent)
+            time.sleep(self.poll_s)
 
     def wait(self, what: str = "") -> None:
         """Until `what` is over (no `what`: both); ends the process if its driver is gone."""
@@ -277,15 +293,9 @@ class AheadGate:
         (harness.execute.prewarm) then loads it instead of compiling it again."""
         left = list(case_ids)
         while left:
-            self._refresh()
-            free = next((c for c in left if c not in self.warm or c in self.warmed
-                         or self.over("warm")), None)
-            if free is None:
-                orphaned(self.parent)
-                time.sleep(self.poll_s)
-                continue
-            left.remove(free)
-            yield free
+            case_id = self._first(left, self.built)
+            left.remove(case_id)
+            yield case_id
 
     def walk(self, items: list, key=lambda item: item[0]):
         """`items` in their order, each once it is free (`held` False); a case the checks
@@ -294,12 +304,7 @@ class AheadGate:
 
         self.waiting = list(items)
         while self.waiting:
-            self._refresh()
-            free = next((i for i in self.waiting if not self.held(key(i))), None)
-            if free is None:
-                orphaned(self.parent)
-                time.sleep(self.poll_s)
-                continue
+            free = self._first(self.waiting, lambda i: not self.held(key(i)))
             self.waiting.remove(free)
             case_id = key(free)
             if case_id in self.beside and case_id not in self.deferred:
