@@ -474,62 +474,6 @@ def test_shard_by_impl_keeps_light_implementations_whole_and_splits_the_tail():
     assert shard_by_impl(ids, impl_of, heavy, 1) == [ids]  # one GPU: nothing to split
 
 
-def test_shard_profilers_deals_both_passes_onto_the_gpus_together():
-    from harness.execute.executors.schedule import planned_ends, shard_profilers
-    # per-implementation seconds of flash.yaml's passes on an H200 (ncu: one case each)
-    ncu = {"naive": 8.3, "torch_compile": 5.6, "triton_flash": 4.4, "sdpa_efficient": 2.2,
-           "fused_mha": 1.9, "sdpa_flash": 1.7, "sdpa_cudnn": 0.9}
-    nsys = {"torch_compile": 8.0, "naive": 2.6, "sdpa_cudnn": 1.9, "fused_mha": 1.7,
-            "triton_flash": 0.7, "sdpa_efficient": 0.5, "sdpa_flash": 0.3}
-    units, cost = {}, {}
-    for name, table in (("ncu", ncu), ("nsys", nsys)):
-        for impl, sec in table.items():
-            cases = [f"{name}|{impl}.N={k}" for k in range(4)]
-            units[(name, impl)] = cases
-            cost.update(dict.fromkeys(cases, sec / 4))
-    proc = {"ncu": 4.5, "nsys": 6.5}
-    per_gpu = shard_profilers(units, cost, 2, proc)
-    for name, table in (("ncu", ncu), ("nsys", nsys)):  # every case once, an impl on one GPU
-        got = [c for g in per_gpu for c in g.get(name, [])]
-        assert sorted(got) == sorted(c for (p, _), ids in units.items() if p == name
-                                     for c in ids)
-        for impl in table:
-            assert sum(any(f"|{impl}." in c for c in g.get(name, [])) for g in per_gpu) == 1
-
-    def makespan(assign):
-        return max(sum(proc[p] + sum(cost[c] for c in ids) for p, ids in g.items())
-                   for g in assign)
-    both = makespan(per_gpu)
-    # each pass alone split over both GPUs, one after the other: two processes per pass
-    alone = sum(max(proc[p] + sum(table.values()) / 2, proc[p] + max(table.values()))
-                for p, table in (("ncu", ncu), ("nsys", nsys)))
-    assert both < alone and both <= 30.0, (both, alone)  # bound: all ncu on one GPU, 29.5 s
-    assert shard_profilers(units, cost, 1, proc)[0].keys() == {"ncu", "nsys"}
-    # a unit heavier than a GPU's fair share is cut (both GPUs take a piece)
-    heavy = {("nsys", "tc"): [f"nsys|tc.N={k}" for k in range(8)], ("ncu", "a"): ["ncu|a.N=0"]}
-    hc = {**dict.fromkeys(heavy[("nsys", "tc")], 5.0), "ncu|a.N=0": 1.0}
-    per_gpu = shard_profilers(heavy, hc, 2, proc)
-    assert all(g.get("nsys") for g in per_gpu)
-    assert sorted(c for g in per_gpu for c in g["nsys"]) == sorted(heavy[("nsys", "tc")])
-    # a GPU still measuring for 10 s gets less: its units end with the other GPU's
-    free = shard_profilers(units, cost, 2, proc)
-    late = shard_profilers(units, cost, 2, proc, busy=[0.0, 10.0])
-
-    def work(g):
-        return sum(proc[p] + sum(cost[c] for c in ids) for p, ids in g.items())
-    assert work(late[1]) < work(late[0]) and work(late[1]) < min(work(g) for g in free)
-    assert max(work(late[0]), 10.0 + work(late[1])) < max(work(free[0]), 10.0 + work(free[1]))
-    # when the deal expects each GPU to be done: busy, a process per pass, cases, set-ups
-    assert planned_ends(late, units, cost, proc, busy=[0.0, 10.0]) == pytest.approx(
-        [work(late[0]), 10.0 + work(late[1])])
-    setup = {("nsys", "torch_compile"): 9.0}
-    dealt = shard_profilers(units, cost, 2, proc, setup)
-    held = [i for i, g in enumerate(dealt) if any("|torch_compile." in c
-                                                  for c in g.get("nsys", []))]
-    assert planned_ends(dealt, units, cost, proc, setup) == pytest.approx(
-        [work(g) + (9.0 if i in held else 0.0) for i, g in enumerate(dealt)])
-
-
 def test_measure_left_is_each_gpus_later_timings_not_done_yet(tmp_path, test_ops):
     """What each GPU's time pass still has to do when the profilers are planned: its cases'
     first timings (wall_s) for every later process that has not timed them yet."""
@@ -551,6 +495,62 @@ def test_measure_left_is_each_gpus_later_timings_not_done_yet(tmp_path, test_ops
     store.append_part(run, "time_p2", {"case_id": ids[2], "status": "ok"}, shard="gpu1")
     # GPU 0: p2 has 1.0 left, p3 3.0; GPU 1: p2 3.0, p3 7.0; GPU 2 measured nothing
     assert measure_left_s(run, [0, 1, 2]) == [4.0, 10.0, 0.0]
+
+
+def test_measure_left_estimates_a_gpus_cases_not_timed_yet(tmp_path, test_ops):
+    """Planned before every case has its first timing (profilers_due), a GPU's cases not yet
+    timed count once per time process, at their estimated cost scaled by what the first
+    timings so far took against their estimates."""
+    from harness.execute.profiler_early import measure_left_s
+
+    run, ids = _run_dir(tmp_path, ["zeros"])  # 4 cases; 2 time processes on a GPU run
+    store.update_manifest(run, device="cuda")
+    est = dict(zip(ids, [1.0, 1.0, 2.0, 4.0]))
+    store.append_part(run, "time", {"case_id": ids[0], "status": "ok", "wall_s": 0.5,
+                                    "gpu": 0}, shard="gpu0")
+    store.append_part(run, "time", {"case_id": ids[1], "status": "ok", "wall_s": 1.5,
+                                    "gpu": 0}, shard="gpu0")
+    store.append_part(run, "time_p2", {"case_id": ids[0], "status": "ok"}, shard="gpu0")
+    planned = {0: ids[:2], 1: ids[2:]}
+    # GPU 0: its p2 has ids[1] left (1.5 s); GPU 1: two untimed cases, 2 processes each, at
+    # (0.5 + 1.5) / (1 + 1) = 1x their estimates
+    assert measure_left_s(run, [0, 1], planned, est) == pytest.approx([1.5, 2 * (2.0 + 4.0)])
+    assert measure_left_s(run, [0, 1]) == pytest.approx([1.5, 0.0])  # as before: no plan
+
+
+def test_profilers_are_due_when_one_gpu_has_its_first_timings_and_all_are_checked():
+    from harness.execute.profiler_early import profilers_due
+
+    planned = {0: ["a", "b"], 1: ["c", "d"]}
+    yes, no = (lambda: True), (lambda: False)
+    assert profilers_due(set(), None, no)  # every case timed: always
+    assert not profilers_due({"a"}, None, yes)  # one GPU: only then
+    assert not profilers_due({"a"}, {0: ["a", "b"]}, yes)
+    assert not profilers_due({"a", "c"}, planned, yes)  # both GPUs still time a first time
+    assert profilers_due({"c"}, planned, yes)  # GPU 0's done, every case checked
+    assert not profilers_due({"c"}, planned, no)  # a case still unchecked: its status unknown
+
+
+def test_profile_cases_untimed_and_a_case_failed_since_the_deal(tmp_path, test_ops):
+    """Dealt before every case was timed, a checked case counts; one whose timing fails
+    before its process's turn is left out of the ids that turn gives."""
+    from harness.execute.runner import Runner
+    from harness.store.results import consolidate
+    from harness.registry import registry
+
+    run, ids = _run_dir(tmp_path, ["zeros"])
+    for c in ids:
+        store.append_part(run, "check", {"case_id": c, "status": "ok", "correct": True})
+    for c in ids[:2]:
+        store.append_part(run, "time", {"case_id": c, "status": "ok", "median_ms": 1.0,
+                                        "samples": [1.0], "wall_s": 0.1})
+    consolidate(run, registry().get_op("scale2"))
+    r = Runner(run, Console(file=open(os.devnull, "w")), GpuExecutor([0, 1]))
+    assert r.profile_cases("all") == ids[:2]  # the others are pending
+    assert r.profile_cases("all", untimed=True) == ids
+    assert r.unfailed(ids) == ids
+    store.append_part(run, "time", {"case_id": ids[3], "status": "error", "error": "boom"})
+    assert r.unfailed(ids) == ids[:3]
 
 
 def test_joint_profiler_shards_weigh_what_loading_each_case_cost(tmp_path, test_ops):
@@ -583,6 +583,29 @@ def test_joint_profiler_shards_weigh_what_loading_each_case_cost(tmp_path, test_
                                  if not c.startswith("torch.")}
     got = where(r._joint_shards(passes, [0, 1]))
     assert got[("ncu", "zeros")] != got[("nsys", "zeros")]
+
+
+def test_joint_profiler_shards_weigh_a_cold_case_by_its_timed_median(tmp_path, test_ops):
+    """No earlier profile: a case's seconds under ncu follow its first timing's median
+    (profiler_deal.case_prior_s). Untimed, every case weighs the same and each implementation
+    stays in one process; timed at 20 ms a call, one implementation outweighs a GPU's fair
+    share and is cut in two, one piece on each GPU, and the plan counts its seconds."""
+    from harness.execute.executors.profiler_deal import case_prior_s
+    from harness.execute.runner import Runner
+
+    run, ids = _run_dir(tmp_path, ["zeros", "nan"])
+    r = Runner(run, Console(file=open(os.devnull, "w")), GpuExecutor([0, 1]))
+
+    def zeros_on():
+        shards = r._joint_shards([SimpleNamespace(name="ncu", cases=ids)], [0, 1])[0]
+        return sorted(g for g, cases, _ in shards for c in cases if c.startswith("zeros."))
+    assert len(set(zeros_on())) == 1
+    for c in ids:
+        store.append_part(run, "time", {"case_id": c, "status": "ok", "wall_s": 0.1,
+                                        "median_ms": 20.0 if c.startswith("zeros.") else 0.1})
+    assert zeros_on() == [0, 1]
+    plan = store.load_manifest(run)["profiler_plan"]
+    assert all(g["end_s"] - plan["at_s"] >= case_prior_s("ncu", 20.0) for g in plan["gpus"])
 
 
 def test_profile_shards_weigh_cases_by_the_previous_runs_profiler_seconds(tmp_path):
@@ -645,7 +668,7 @@ def test_profiler_passes_share_the_gpus_side_by_side(tmp_path, test_ops, monkeyp
     time.sleep(1.1)  # run ids are per second
     run, _ = _run_dir(tmp_path, ["zeros", "nan"])
     r = Runner(run, Console(file=open(os.devnull, "w")), GpuExecutor([0, 1]))
-    r.profile_cases = lambda which: slow_ids if which == "slow" else ids
+    r.profile_cases = lambda which, untimed=False: slow_ids if which == "slow" else ids
     idle = []  # each GPU, once its last profiler process's cases are over (calibrate.Early)
     r.gpu_idle = idle.append
     with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
@@ -692,7 +715,7 @@ def test_profiler_passes_share_the_gpus_side_by_side(tmp_path, test_ops, monkeyp
     assert plan_line(None, spans) is None
     # one pass alone still splits over both GPUs
     r2 = Runner(run, Console(file=open(os.devnull, "w")), GpuExecutor([0, 1]))
-    r2.profile_cases = lambda which: ids
+    r2.profile_cases = lambda which, untimed=False: ids
     with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
         r2.profile_passes(progress, [("fastprof", SimpleNamespace(cases="all", timeout_s=120))])
     m = store.load_metrics(run)
@@ -722,7 +745,7 @@ def test_profiler_pass_shards_implementations_over_gpus_and_merges(tmp_path, tes
     monkeypatch.setitem(base._REGISTRY, "fakeprof", _fake_profiler("fakeprof"))
     run, ids = _run_dir(tmp_path, ["zeros", "nan"])
     r = Runner(run, Console(file=open(os.devnull, "w")), GpuExecutor([0, 1]))
-    r.profile_cases = lambda which: ids
+    r.profile_cases = lambda which, untimed=False: ids
     opts = SimpleNamespace(cases="all", timeout_s=120)
     with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
         r.profile(progress, "fakeprof", opts)
@@ -778,7 +801,7 @@ def test_one_gpus_profiler_passes_start_together_and_run_in_turn(tmp_path, test_
     monkeypatch.setitem(base._REGISTRY, "firstprof", timed("firstprof", pause=10.0))
     monkeypatch.setitem(base._REGISTRY, "secondprof", timed("secondprof"))
     r = Runner(run, Console(file=open(os.devnull, "w")))
-    r.profile_cases = lambda which: ids
+    r.profile_cases = lambda which, untimed=False: ids
     # the second process's limit (8 s) is shorter than the first pass: it runs from its turn
     with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
         r.profile_passes(progress, [
@@ -823,7 +846,7 @@ def test_side_by_side_processes_of_one_gpu_start_together_and_run_in_turn(tmp_pa
     monkeypatch.setitem(base._REGISTRY, "firstprof", timed("firstprof", pause=10.0))
     monkeypatch.setitem(base._REGISTRY, "secondprof", timed("secondprof"))
     r = Runner(run, Console(file=open(os.devnull, "w")), GpuExecutor([0, 1]))
-    r.profile_cases = lambda which: ids
+    r.profile_cases = lambda which, untimed=False: ids
     # the second process's limit (8 s) is shorter than its wait: it runs from its turn
     with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
         passes = [r._plan_pass(progress, name, SimpleNamespace(cases="all", timeout_s=limit))
@@ -890,7 +913,7 @@ def test_profiler_processes_started_early_load_and_wait_for_the_measure_passes(t
     for name in ("firstprof", "secondprof"):
         monkeypatch.setitem(base._REGISTRY, name, timed(name))
     r = Runner(run, Console(file=open(os.devnull, "w")))
-    r.profile_cases = lambda which: ids
+    r.profile_cases = lambda which, untimed=False: ids
     early = r._early = Early()
     todo = [("firstprof", SimpleNamespace(cases="all", timeout_s=120)),
             ("secondprof", SimpleNamespace(cases="all", timeout_s=120))]
@@ -944,7 +967,7 @@ def test_profiler_processes_started_early_are_stopped_with_the_run(tmp_path, tes
     run, ids = _run_dir(tmp_path, ["zeros"])
     monkeypatch.setitem(base._REGISTRY, "fakeprof", _fake_profiler("fakeprof"))
     r = Runner(run, Console(file=open(os.devnull, "w")))
-    r.profile_cases = lambda which: ids
+    r.profile_cases = lambda which, untimed=False: ids
     early, raised = Early(), []
     r._early = early
 
@@ -1011,7 +1034,7 @@ def test_with_gpus_a_gpu_profiles_once_its_own_shard_has_been_measured(tmp_path,
     monkeypatch.setitem(base._REGISTRY, "fakeprof", _fake_profiler("fakeprof"))
     run, ids = _run_dir(tmp_path, ["zeros", "nan"])
     r = Runner(run, Console(file=open(os.devnull, "w")), GpuExecutor([0, 1]))
-    r.profile_cases = lambda which: ids
+    r.profile_cases = lambda which, untimed=False: ids
     early = r._early = Early()
     with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
         t = early.thread = threading.Thread(target=r.profile_passes, args=(
@@ -1051,7 +1074,7 @@ def test_profiler_passes_started_early_with_nothing_to_profile_leave_the_locks(t
     monkeypatch.setitem(base._REGISTRY, "goneprof", gone)
     run, ids = _run_dir(tmp_path, ["zeros"])
     r = Runner(run, Console(file=open(os.devnull, "w")), GpuExecutor([0, 1]))
-    r.profile_cases = lambda which: ids
+    r.profile_cases = lambda which, untimed=False: ids
     turn = sharing.turn_file(run, "time_p2.gpu0")  # a measure pass's, still waited on
     with Progress(console=Console(file=open(os.devnull, "w"))) as progress:
         r.profile_passes(progress, [("goneprof", SimpleNamespace(cases="all", timeout_s=60))],

@@ -62,20 +62,45 @@ class Early:
                 ev.set()
 
 
-def measure_left_s(run_dir, gpus: list) -> list[float]:
+def measure_left_s(run_dir, gpus: list, planned: dict | None = None,
+                   est: dict[str, float] | None = None) -> list[float]:
     """Per GPU of `gpus` (--gpus shards), the seconds its measure passes still take: its
     later time processes' cases not timed yet (parts time_p<k>.gpu<g>), each weighed by what
-    its first timing took (parts time.gpu<g>: a later process times a case as long). Where
-    the profiler passes are planned (every case has its first timing) the GPUs' gates open
-    at different times: on two H100s the profilers of the GPU whose shard ended 6.4 s later
-    ran 10.8 s after the other GPU's were done (flash.yaml cold, --gpus all)."""
+    its first timing took (parts time.gpu<g>: a later process times a case as long), and the
+    cases of its shard (`planned`, GPU -> case ids) without a first timing yet, each once per
+    time process, weighed by its estimated cost (`est`) times what the first timings so far
+    took against theirs. On two H100s the profilers of the GPU whose shard ended 6.4 s later
+    ran 10.8 s after the other GPU's were done (flash.yaml cold, --gpus all), before the
+    profilers' deal weighed this."""
     from harness import store
 
     first = [r for r in store.read_parts(run_dir, "time") if r.get("status") == "ok"]
-    later = [{r["case_id"] for r in store.read_parts(run_dir, part)}
-             for part in store.time_parts(store.time_processes(run_dir))[1:]]
+    processes = store.time_parts(store.time_processes(run_dir))
+    later = [{r["case_id"] for r in store.read_parts(run_dir, part)} for part in processes[1:]]
+    est = est or {}
+    timed = {r["case_id"]: r.get("wall_s") or 0.0 for r in first}
+    scale = (sum(timed.values()) / sum(est.get(c, 0.0) for c in timed)
+             if timed and sum(est.get(c, 0.0) for c in timed) > 0 else 1.0)
+    done = {r["case_id"] for r in store.read_parts(run_dir, "time")}
     return [sum((r.get("wall_s") or 0.0) for r in first if r.get("gpu") == g
-                for done in later if r["case_id"] not in done) for g in gpus]
+                for seen in later if r["case_id"] not in seen)
+            + sum(scale * est.get(c, 0.0) * len(processes)
+                  for c in (planned or {}).get(g, []) if c not in done) for g in gpus]
+
+
+def profilers_due(untimed: set, planned: dict | None, all_checked) -> bool:
+    """Whether the profiler passes may be planned and their processes started now: every case
+    has its first timing (each case's status is then final), or, on several GPUs (`planned`:
+    GPU -> its shard's case ids), one GPU's shard has its first timings and every case is
+    checked (`all_checked()`): that GPU's later time process then still times long enough for
+    its first profiler process to set up (on two H100s ncu's took 7.5 s; planned once every
+    case had its first timing, it set up 5.9 s past its GPU's end). A case whose timing fails
+    after the deal is left out at its process's turn (ProfilerShards.unfailed)."""
+    if not untimed:
+        return True
+    if not planned or len(planned) < 2:
+        return False
+    return any(not untimed.intersection(ids) for ids in planned.values()) and all_checked()
 
 
 class EarlyStart:

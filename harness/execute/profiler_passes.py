@@ -20,17 +20,14 @@ from rich.progress import Progress
 
 from harness.machine import env as envmod
 from harness import store
-from harness.experiment import spec
-from harness.execute import prewarm, profile_carry, sharing
+from harness.execute import profile_carry, sharing
 from harness.execute.executors.process import (Interrupted, describe_rc, run_threads,
                                                stream, worker_argv, worker_env)
-from harness.execute.executors.schedule import (PROFILE_CASE_S, PROFILE_PROCESS_S, PROFILE_SETUP_S,
-                                                planned_ends, shard_by_impl, shard_profilers)
-from harness.execute.previous import previous_profile_s
-from harness.execute.profiler_early import Early, EarlyStart, measure_left_s
+from harness.execute.profiler_early import Early, EarlyStart
 from harness.execute.profiler_pass import CallStop, ProfilerPass
+from harness.execute.profiler_shards import ProfilerShards
 
-class ProfilerPasses(EarlyStart):
+class ProfilerPasses(EarlyStart, ProfilerShards):
     """Runner's profiler passes (needs run_dir, exp, op, device, executor, passes, pass_wall,
     timeline, manifest, plan() and _set_pass() from Runner)."""
 
@@ -68,17 +65,6 @@ class ProfilerPasses(EarlyStart):
     def _done(self, name: str) -> bool:
         return self.passes.get(name, "").startswith(("done", "skipped"))
 
-    def profile_cases(self, which) -> list[str]:
-        cases = store.load_cases(self.run_dir)
-        runnable = cases[cases.status.isin(["ok", "failed"])]
-        if which == "all":
-            return list(runnable.case_id)
-        if which == "first":
-            first = runnable.shape_id.iloc[0] if len(runnable) else None
-            return list(runnable[runnable.shape_id == first].case_id)
-        return [r.case_id for r in runnable.itertuples()
-                if any(spec.glob_matches(r.case_id, f"{r.impl}.{r.shape_id}", p) for p in which)]
-
     def profile(self, progress: Progress, prof_name: str, options) -> None:
         """One profiler pass on its own (profile_passes)."""
         self.profile_passes(progress, [(prof_name, options)])
@@ -91,7 +77,8 @@ class ProfilerPasses(EarlyStart):
         its processes in turn), so ncu on one GPU runs while nsys runs on another instead of
         each pass leaving a GPU idle through its start-up and its tail. `early`: every
         process, a GPU's first too, starts now and waits for its GPU's gate (start_early)."""
-        passes = [p for p in (self._plan_pass(progress, name, opts) for name, opts in todo) if p]
+        passes = [p for p in (self._plan_pass(progress, name, opts, early is not None)
+                              for name, opts in todo) if p]
         if not passes:  # all skipped or carried over
             return
         if store.load_manifest(self.run_dir).get("profiler_plan") is not None:
@@ -196,7 +183,8 @@ class ProfilerPasses(EarlyStart):
                                   else p.name, start)
             p.cases_over(i).set()  # (a process that ended without its `end`, too)
 
-    def _plan_pass(self, progress: Progress, prof_name: str, options) -> "ProfilerPass | None":
+    def _plan_pass(self, progress: Progress, prof_name: str, options,
+                   untimed: bool = False) -> "ProfilerPass | None":
         from harness.profilers import registry
 
         prof = registry.get(prof_name)
@@ -204,7 +192,7 @@ class ProfilerPasses(EarlyStart):
         if not avail.ok:
             self._set_pass(prof_name, f"skipped: {avail.detail}")
             return None
-        cases = self.profile_cases(options.cases if hasattr(options, "cases") else "all")
+        cases = self.profile_cases(options.cases if hasattr(options, "cases") else "all", untimed)
         if not cases:
             self._set_pass(prof_name, "skipped: no runnable case to profile")
             return None
@@ -298,7 +286,7 @@ class ProfilerPasses(EarlyStart):
             p.turns[i] = time.monotonic()
             if threads[k].is_alive():  # (one that died waiting ran nothing)
                 p.mark()
-            sharing.give_turn(turns[k], p.shards[i][1])
+            sharing.give_turn(turns[k], self.unfailed(p.shards[i][1]))
 
         try:
             if go is not None:
@@ -415,73 +403,6 @@ class ProfilerPasses(EarlyStart):
         if carry is not None and state == "done":
             state = carry.state
         self._set_pass(prof_name, state)
-
-    def _joint_shards(self, passes: list[ProfilerPass], gpus: list,
-                      early: bool = False) -> list[list[tuple]]:
-        """Per pass, its (gpu, case ids, out dir) shards when all `passes` share the GPUs
-        (schedule.shard_profilers): an implementation's cases under one pass are one unit, and
-        a unit weighs the seconds its cases took under that profiler in the previous run (the
-        first case's warm-up included), else a per-profiler prior (PROFILE_CASE_S) spread over
-        the cases by their estimated cost, plus a warm-up: their first calls' cost in a fresh
-        process of this run (prewarm.load_seconds), else PROFILE_SETUP_S. `early`: a GPU is
-        busy for what its measure passes still take (measure_left_s)."""
-        impl_of = store.load_cases(self.run_dir).set_index("case_id").impl.to_dict()
-        _, est, _ = self.plan()
-        units: dict[tuple[str, str], list[str]] = {}
-        cost: dict[str, float] = {}  # keyed "pass|case": a case is in several passes
-        setup, loads = {}, prewarm.load_seconds(self.run_dir)  # (pass, impl) -> s, case -> s
-        for p in passes:
-            seen = previous_profile_s(self.run_dir, p.name)
-            mean = sum(est.get(c, 0.0) for c in p.cases) / max(1, len(p.cases)) or 1.0
-            prior = PROFILE_CASE_S.get(p.name, PROFILE_CASE_S["default"])
-            for c in p.cases:
-                u = (p.name, impl_of.get(c, c))
-                units.setdefault(u, []).append(f"{p.name}|{c}")
-                cost[f"{p.name}|{c}"] = seen[c] if c in seen else prior * est.get(c, mean) / mean
-                if c not in seen:
-                    setup[u] = setup.get(u, 0.0) + loads.get(c, 0.0) if loads else PROFILE_SETUP_S
-        process_s = {p.name: PROFILE_PROCESS_S.get(p.name, PROFILE_PROCESS_S["default"])
-                     for p in passes}
-        busy = measure_left_s(self.run_dir, gpus) if early else None
-        per_gpu = shard_profilers(units, cost, len(gpus), process_s, setup, busy)
-        at = time.monotonic() - self.timeline.t0  # the deal's expected ends, for `show`
-        plan = [{"gpu": g, "busy_s": round(busy[i] if busy else 0.0, 2),
-                 "end_s": round(at + end, 2),
-                 "cases": {p: len(ids) for p, ids in per_gpu[i].items()}}
-                for i, (g, end) in enumerate(zip(gpus, planned_ends(per_gpu, units, cost,
-                                                                    process_s, setup, busy)))]
-        store.update_manifest(self.run_dir, profiler_plan={"at_s": round(at, 2), "gpus": plan})
-        out = []
-        for p in passes:
-            pos = {c: i for i, c in enumerate(p.cases)}
-            out.append(self._with_dirs(p.name, [
-                (g, sorted((k.split("|", 1)[1] for k in got.get(p.name, [])),
-                           key=pos.__getitem__)) for g, got in zip(gpus, per_gpu)]))
-        return out
-
-    def _with_dirs(self, prof_name: str, parts: list[tuple]) -> list[tuple]:
-        """(gpu, case ids) per process, empty ones dropped -> (gpu, case ids, out dir): one
-        process writes raw/<prof>/ (as on one GPU), several raw/<prof>/gpu<i>/ each."""
-        parts = [(g, ids) for g, ids in parts if ids]
-        if len(parts) == 1:
-            return [(*parts[0], store.raw_dir(self.run_dir, prof_name))]
-        return [(g, ids, store.raw_dir(self.run_dir, prof_name, f"gpu{g}")) for g, ids in parts]
-
-    def _profile_shards(self, prof_name: str, cases: list[str]) -> list[tuple]:
-        """(gpu, case ids, out dir) per profiler process: one on one GPU, else an
-        implementation's cases together on one GPU (an implementation heavier than a GPU's
-        fair share split over several), out dirs as _with_dirs. A case weighs what it took
-        under this profiler in the previous run, else its estimated cost."""
-        gpus = self.executor.profiler_gpus()
-        if len(gpus) <= 1 or len(cases) <= 1:
-            return self._with_dirs(prof_name, [(gpus[0] if gpus else None, cases)])
-        frame = store.load_cases(self.run_dir)
-        impl_of = dict(zip(frame.case_id, frame.impl))
-        _, cost, _ = self.plan()
-        seen = previous_profile_s(self.run_dir, prof_name)
-        weight = {c: seen[c] if c in seen else cost.get(c, 0.0) for c in cases}
-        parts = shard_by_impl(cases, impl_of, weight, len(gpus))
-        return self._with_dirs(prof_name, list(zip(gpus, parts)))
 
     def _merge_metrics(self, source: str, df) -> None:
         import pandas as pd

@@ -26,7 +26,7 @@ from harness.execute.executors import Executor, from_manifest, make_executor
 from harness.execute.executors.process import Interrupted, kernel_caches, todo
 from harness.execute.executors.schedule import case_costs, case_timeout_s, longest_first
 from harness.execute.previous import previous_medians
-from harness.execute.profiler_early import Early
+from harness.execute.profiler_early import Early, profilers_due
 from harness.execute.profiler_passes import ProfilerPasses
 from harness.execute.timeline import Timeline
 from harness.execute.code_tree import op_for
@@ -89,16 +89,16 @@ class Runner(ProfilerPasses):
                 len(self._todo(q)) for q in share))
         span: dict[str, list[float]] = {}
         t0 = time.monotonic()
-        # the cases still to be timed a first time: when none is left, every case's status is
-        # final and the profiler processes start, while the time pass's later process times
+        # the cases still to be timed a first time: when none is left (or, on several GPUs,
+        # none of one GPU's), the profiler processes start while the time pass still times
         early = Early() if self.early_wanted() else None
         untimed = set(self._todo("time")) if early is not None else set()
 
         def on_event(ev):
             name, now = ev.get("name"), time.monotonic()
-            if name == "time" and ev["event"] == "done" and untimed:
+            if name == "time" and ev["event"] == "done" and untimed and self._early is None:
                 untimed.discard(ev.get("case_id"))
-                if not untimed:
+                if profilers_due(untimed, self.executor.planned, lambda: not self._todo("check")):
                     self.start_early(progress, early)
             name = "time" if name in parts and name not in MEASURE_PASSES else name
             if name not in tasks:

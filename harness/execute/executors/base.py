@@ -14,6 +14,8 @@ class Executor:
     # called with a GPU's number once its shard of the measure passes has ended (--gpus: the
     # runner lets that GPU's profiler processes start profiling: profiler_early.Early.gate)
     on_shard_done: Callable[[int | None], None] | None = None
+    # per GPU, the cases its measure passes got (--gpus: set by `measure`; None: one shard)
+    planned: dict | None = None
 
     def early_shards(self) -> list[tuple[int | None, str | None, str]]:
         """(GPU, shard, measure log name) of each worker the measure passes start first: what

@@ -70,7 +70,7 @@ class GpuExecutor(Executor):
                 errors.append(exc)
                 stop.set()
 
-        plan = self.plan(case_ids, cost, store.shapes(run_dir))
+        plan = self.planned = self.plan(case_ids, cost, store.shapes(run_dir))
         # a GPU with nothing to do: its first worker ends now (run_shard ends the others)
         cancel_all(e for g, ids in plan.items() if not ids and (e := self.take_early(g)))
         run_threads([threading.Thread(target=one, args=(g, ids), name=f"gpu{g}", daemon=True)

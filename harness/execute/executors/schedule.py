@@ -12,8 +12,7 @@ Nothing here starts a process or touches a device, so every rule is unit-tested 
     shard_by_impl(case_ids, impl_of, cost, n)   -> n lists for the profiler passes: an
                                                   implementation's cases stay together (its
                                                   compile / warm-up is paid in one process)
-    shard_profilers(units, cost, n, process_s) -> several profiler passes dealt onto n GPUs
-                                                  together (ncu on one, nsys on another)
+    (the profiler passes' processes onto the GPUs together: profiler_deal)
     warm_shards(case_ids, n, unit_of, backend_of)
                                                -> n lists for the compile-ahead workers: a
                                                   compile class in one worker, torch.compile's
@@ -166,13 +165,6 @@ def case_costs(cases, op, timing, device: str, prev: dict[str, float] | None = N
 
 
 PROFILE_SETUP_S = 5.0  # a profiler process's per-implementation start-up (import, compile, tune)
-# a case's seconds under each profiler when no earlier run profiled it (H200, flash.yaml: ncu
-# 0.9-8.7 s a case, its median near 2 s; nsys 0.01-0.3 s): only the passes' relative weight
-# matters, when their processes are dealt onto the GPUs together
-PROFILE_CASE_S = {"ncu": 2.0, "nsys": 0.05, "torch_profiler": 0.1, "default": 0.5}
-# a profiler process's own start and end, beyond its cases' seconds (H200, flash.yaml: ncu's
-# run 24-25 s for 20 s of cases, nsys's 22 s for 15 s: its report is written at the end)
-PROFILE_PROCESS_S = {"ncu": 4.5, "nsys": 6.5, "default": 4.0}
 
 
 def shard_by_impl(case_ids: list[str], impl_of: dict[str, str], cost: dict[str, float],
@@ -208,70 +200,6 @@ def shard_by_impl(case_ids: list[str], impl_of: dict[str, str], cost: dict[str, 
     pos = {c: i for i, c in enumerate(case_ids)}
     return [sorted((c for name in names_on for c in pieces[names[name]]), key=pos.__getitem__)
             for names_on in order]
-
-
-def shard_profilers(units: dict[tuple[str, str], list[str]], cost: dict[str, float], n: int,
-                    process_s: dict[str, float], setup: dict[tuple[str, str], float] | None = None,
-                    busy: list[float] | None = None) -> list[dict[str, list[str]]]:
-    """Several profiler passes dealt onto n GPUs together: per GPU, {pass: case ids} (each
-    GPU runs one process per pass it got, one after the other).
-
-    `units[(pass, impl)]` are the cases of an implementation under one pass, kept in one
-    process (its compile and warm-up paid once); `cost[case]` their seconds under that
-    profiler, `setup[unit]` a warm-up not already in them; `process_s[pass]` what a process of
-    that pass costs beyond its cases (start, report). A unit heavier than a GPU's fair share
-    is cut in pieces (each paying the setup again). Greedy, largest piece first, onto the GPU
-    where it would end soonest, counting the process it would start there: ncu's units
-    gather on one GPU and nsys's on another rather than both passes paying two processes.
-    `busy[i]`: seconds until GPU i is free for them (its measure passes still running)."""
-    if n < 1:
-        raise ValueError("n must be >= 1")
-    setup = setup or {}
-    busy = list(busy) if busy else [0.0] * n
-    weight = {u: setup.get(u, 0.0) + sum(cost.get(c, 0.0) for c in ids)
-              for u, ids in units.items()}
-    passes = list(dict.fromkeys(p for p, _ in units))
-    fair = (sum(weight.values()) + sum(process_s.get(p, 0.0) for p in passes) + sum(busy)) / n
-    pieces: list[tuple[float, str, list[str]]] = []
-    for u, ids in units.items():
-        k = min(n, len(ids), math.ceil(weight[u] / fair - 1e-9)) if n > 1 and fair > 0 else 1
-        if k <= 1:
-            pieces.append((weight[u], u[0], list(ids)))
-            continue
-        bins: list[list[str]] = [[] for _ in range(k)]
-        load = [setup.get(u, 0.0)] * k
-        for c in sorted(ids, key=lambda c: -cost.get(c, 0.0)):
-            j = min(range(k), key=load.__getitem__)
-            bins[j].append(c)
-            load[j] += cost.get(c, 0.0)
-        pieces += [(load[j], u[0], bins[j]) for j in range(k) if bins[j]]
-    gpus: list[dict[str, list[str]]] = [{} for _ in range(n)]
-    load = busy
-    for w, p, ids in sorted(pieces, key=lambda t: -t[0]):
-        def end(i: int) -> float:
-            return load[i] + w + (0.0 if p in gpus[i] else process_s.get(p, 0.0))
-        i = min(range(n), key=lambda i: (end(i), i))
-        load[i] = end(i)
-        gpus[i].setdefault(p, []).extend(ids)
-    return gpus
-
-
-def planned_ends(per_gpu: list[dict[str, list[str]]], units: dict[tuple[str, str], list[str]],
-                 cost: dict[str, float], process_s: dict[str, float],
-                 setup: dict[tuple[str, str], float] | None = None,
-                 busy: list[float] | None = None) -> list[float]:
-    """When shard_profilers' deal (`per_gpu`, its arguments after) expects each GPU to be done,
-    in seconds from the deal: its busy time, a process per pass it got, its cases' costs and
-    the set-up of each unit it holds cases of."""
-    unit_of = {c: u for u, ids in units.items() for c in ids}
-    ends = []
-    for i, got in enumerate(per_gpu):
-        held = {unit_of[c] for ids in got.values() for c in ids if c in unit_of}
-        ends.append((busy[i] if busy else 0.0)
-                    + sum(process_s.get(p, 0.0) for p in got)
-                    + sum(cost.get(c, 0.0) for ids in got.values() for c in ids)
-                    + sum((setup or {}).get(u, 0.0) for u in held))
-    return ends
 
 
 MAX_COMPILE_WORKERS = 8  # per GPU; Triton's precompile runs up to 8 threads in each
