@@ -53,9 +53,9 @@ class ProfilerShards:
         a case weighs the seconds it took under that profiler in the previous run (the
         first case's warm-up included), else what its timed median predicts (case_prior_s),
         else a per-profiler prior (PROFILE_CASE_S) spread over the cases by their estimated
-        cost, plus its first call's cost in a fresh process of
-        this run (prewarm.load_seconds), else PROFILE_SETUP_S per unit. `early`: a GPU is busy
-        for what its measure passes still take (measure_left_s)."""
+        cost, plus its first call's cost in a fresh process of this run
+        (prewarm.load_seconds), else PROFILE_SETUP_S per unit. `early`: a GPU is busy for what
+        its measure passes still take (measure_left_s)."""
         impl_of = store.load_cases(self.run_dir).set_index("case_id").impl.to_dict()
         _, est, _ = self.plan()
         units: dict[tuple[str, str], list[str]] = {}
