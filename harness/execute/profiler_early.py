@@ -79,8 +79,8 @@ def measure_left_s(run_dir, gpus: list, planned: dict | None = None,
     later = [{r["case_id"] for r in store.read_parts(run_dir, part)} for part in processes[1:]]
     est = est or {}
     timed = {r["case_id"]: r.get("wall_s") or 0.0 for r in first}
-    scale = (sum(timed.values()) / sum(est.get(c, 0.0) for c in timed)
-             if timed and sum(est.get(c, 0.0) for c in timed) > 0 else 1.0)
+    timed_est = sum(est.get(c, 0.0) for c in timed)
+    scale = sum(timed.values()) / timed_est if timed_est > 0 else 1.0
     done = {r["case_id"] for r in store.read_parts(run_dir, "time")}
     return [sum((r.get("wall_s") or 0.0) for r in first if r.get("gpu") == g
                 for seen in later if r["case_id"] not in seen)

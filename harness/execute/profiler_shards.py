@@ -77,7 +77,7 @@ class ProfilerShards:
                     load[key] = loads.get(c, 0.0)
                 elif c not in seen:
                     setup[u] = PROFILE_SETUP_S
-        busy = (measure_left_s(self.run_dir, gpus, getattr(self.executor, "planned", None), est)
+        busy = (measure_left_s(self.run_dir, gpus, self.executor.planned, est)
                 if early else None)
         how = dict(setup=setup, busy=busy, load=load, order=[p.name for p in passes])
         per_gpu = deal(units, cost, len(gpus), **how)

@@ -194,13 +194,12 @@ def planned_ends(per_gpu: list[dict[str, list[str]]], units: dict[tuple[str, str
     unit_of = {c: u for u, ids in units.items() for c in ids}
     ends = []
     for i, got in enumerate(per_gpu):
-        procs = []
-        for p in order:
-            ids = got.get(p) or []
-            if ids:
-                held = {unit_of[c] for c in ids if c in unit_of}
-                procs.append((p, sum(cost.get(c, 0.0) for c in ids),
-                              sum(load.get(c, 0.0) for c in ids)
-                              + sum(setup.get(u, 0.0) for u in held)))
-        ends.append(lane_end(busy[i] if busy else 0.0, procs, model))
+        held: dict = {}  # unit -> its cases on this GPU, a piece
+        for p, ids in got.items():
+            for c in ids:
+                held.setdefault(unit_of.get(c, (p, None)), []).append(c)
+        pieces = [_Piece(u[0], ids, sum(cost.get(c, 0.0) for c in ids),
+                         setup.get(u, 0.0) + sum(load.get(c, 0.0) for c in ids))
+                  for u, ids in held.items()]
+        ends.append(_lane(pieces, order, busy[i] if busy else 0.0, model))
     return ends
