@@ -103,6 +103,72 @@ def test_a_shapes_cases_run_back_to_back_so_its_reference_is_computed_once():
     assert [len(p) for p in parts] == [4, 4]
 
 
+def _families_sweep(n_fam=8, sizes=(1, 2, 4, 8, 16), impls=("naive", "flash")):
+    """flash.yaml's structure: families (D, causal, dtype) of shapes (N) of implementations;
+    a causal family's estimate half a full one's."""
+    cost, shape, family = {}, {}, {}
+    for f in range(n_fam):
+        for n in sizes:
+            for impl in impls:
+                c = f"{impl}.f{f}.n{n}"
+                cost[c] = n * (0.5 if f % 2 else 1.0) * (3.0 if impl == "naive" else 1.0)
+                shape[c], family[c] = f"f{f}.n{n}", f"f{f}"
+    return cost, shape, family
+
+
+def test_whole_families_go_to_one_gpu_where_the_deal_stays_even():
+    """A family's shapes run the same compiled kernels: dealt whole, each GPU loads only its
+    own families' graphs and configs; its shapes are still back to back and longest first."""
+    cost, shape, family = _families_sweep()
+    parts = shard(list(cost), cost, 2, shape, family)
+    assert sorted(sum(parts, [])) == sorted(cost)
+    assert [len({family[c] for c in p}) for p in parts] == [4, 4]  # no family on both
+    load = [sum(cost[c] for c in p) for p in parts]
+    by_shape = shard(list(cost), cost, 2, shape)
+    assert max(load) <= 1.05 * max(sum(cost[c] for c in p) for p in by_shape)
+    for p in parts:
+        assert p == longest_first(p, cost, shape)
+    # without families, or with too few of them per GPU, the deal of shapes
+    assert shard(list(cost), cost, 2, shape, None) == by_shape
+    cost3, shape3, family3 = _families_sweep(n_fam=6)
+    assert shard(list(cost3), cost3, 2, shape3, family3) == shard(list(cost3), cost3, 2,
+                                                                   shape3)
+    assert shard(list(cost), cost, 1, shape, family) == [longest_first(list(cost), cost, shape)]
+
+
+def test_families_stay_apart_only_while_the_gpus_stay_even():
+    """One family far heavier than the rest: dealt whole it would be one GPU's tail, so the
+    deal of shapes is kept."""
+    cost, shape, family = _families_sweep()
+    cost = {c: v * (12.0 if family[c] == "f0" else 1.0) for c, v in cost.items()}
+    by_shape = shard(list(cost), cost, 2, shape)
+    assert shard(list(cost), cost, 2, shape, family) == by_shape
+    assert any(len({family[c] for c in p} & {"f0"}) for p in by_shape)
+    assert all(sum(1 for c in p if family[c] == "f0") < 10 for p in by_shape)  # f0 split
+
+
+def test_a_runs_families_are_its_params_that_are_not_sizes_and_its_dtype(tmp_path, test_ops,
+                                                                          monkeypatch):
+    """families(run_dir): the cases of one family differ in size params only (Param.size);
+    an op without size params has a family per shape (the deal of shapes, as before)."""
+    from harness.execute import code_tree
+    from harness.execute.executors.gpus import families
+    from harness.registry import Param
+
+    run, ids = _run_dir(tmp_path, ["zeros", "torch"], n=(64, 1000))  # scale2's N: no size
+    fam, shapes = families(run), store.shapes(run)
+    assert set(fam) == set(ids)
+    assert all((fam[a] == fam[b]) == (shapes[a] == shapes[b]) for a in ids for b in ids)
+    # the same cases with N a size: one family per dtype
+    monkeypatch.setattr(code_tree, "op_for", lambda m: SimpleNamespace(
+        params=[Param("N", int, size=True)]))
+    fam = families(run)
+    dtypes = {c: c.rsplit(".", 1)[1] for c in ids}
+    assert all((fam[a] == fam[b]) == (dtypes[a] == dtypes[b]) for a in ids for b in ids)
+    monkeypatch.setattr(code_tree, "op_for", lambda m: 1 / 0)
+    assert families(run) == {}  # an op that cannot be loaded: shapes only
+
+
 def _timing(**kw):
     return spec.TimingOptions(**kw)
 

@@ -5,9 +5,11 @@ Nothing here starts a process or touches a device, so every rule is unit-tested 
     parse_gpus("all" | "N" | "0,2", present)   -> the GPU indices a run uses (HarnessError if
                                                   fewer are present than asked)
     estimate_s(case, op, timing, device, prev) -> expected seconds of one (check + time) case
-    shard(case_ids, cost, n, group_of)         -> n lists, longest first, greedy onto the least
+    shard(case_ids, cost, n, group_of, family_of)
+                                               -> n lists, longest first, greedy onto the least
                                                   loaded shard (LPT: within 4/3 of optimal);
-                                                  a shape's cases together (`longest_first`)
+                                                  a shape's cases together (`longest_first`),
+                                                  a family's shapes together where it pays
     case_timeout_s(est, timing)                -> the watchdog limit of one (pass, case)
     shard_by_impl(case_ids, impl_of, cost, n)   -> n lists for the profiler passes: an
                                                   implementation's cases stay together (its
@@ -126,18 +128,40 @@ def longest_first(case_ids: list[str], cost: dict[str, float],
 
 
 GROUPS_PER_SHARD = 4  # fewer shapes than this per shard: shard by case (keep the GPUs busy)
+# a deal of whole families may load a shard this much more than the deal of shapes (estimated)
+FAMILY_SLACK = 0.05
 
 
 def shard(case_ids: list[str], cost: dict[str, float], n: int,
-          group_of: dict[str, str] | None = None) -> list[list[str]]:
+          group_of: dict[str, str] | None = None,
+          family_of: dict[str, str] | None = None) -> list[list[str]]:
     """Longest-first greedy assignment onto n shards (each shard keeps longest-first order).
     With `group_of`, whole shapes are assigned (their cases stay on one GPU, back to back)
     when there are at least GROUPS_PER_SHARD shapes per shard; a sweep of few shapes and many
-    implementations (a config grid) is sharded by case."""
+    implementations (a config grid) is sharded by case.
+
+    With `family_of` (case -> its shape's params that are not sizes, and its dtype: the cases
+    whose implementations run the same compiled kernels), whole families are assigned when
+    there are at least GROUPS_PER_SHARD of them per shard and no shard's estimate comes out
+    over FAMILY_SLACK above the deal of shapes: each GPU's processes then load the compiled
+    kernels and graphs of its own families only. On two H100s a flash.yaml check process met
+    7 of the 8 torch.compile graphs, 0.8-0.9 s on average at a graph's first case (0.02 s
+    after), and a Triton class's first case took 0.2 s more. On the check and time seconds of
+    three cold one-GPU runs, the deal of shapes gave one GPU 46.2-51.4 s and the other
+    38.8-45.6 s (its estimate halves a causal shape's FLOPs, not its seconds); the deal of
+    families 43.2-48.7 s and 41.9-48.3 s. On two H200s the time passes then ended 0.3 and
+    2.1 s apart (3.7 and 6.0 s by shapes), the runs' totals the same (docs/scaling.md)."""
     if n < 1:
         raise ValueError("n must be >= 1")
     if n == 1:
         return [longest_first(case_ids, cost, group_of)]
+    if family_of:
+        by_shape = shard(case_ids, cost, n, group_of)
+        by_family = _shard_families(case_ids, cost, n, group_of, family_of)
+        if by_family is not None and _most(by_family, cost) <= (1 + FAMILY_SLACK) * _most(
+                by_shape, cost):
+            return by_family
+        return by_shape
     groups: dict[str, list[str]] = {}
     for c in case_ids:
         groups.setdefault((group_of or {}).get(c, c), []).append(c)
@@ -153,6 +177,24 @@ def shard(case_ids: list[str], cost: dict[str, float], n: int,
         shards[k].append(c)
         load[k] += cost.get(c, 0.0)
     return shards
+
+
+def _shard_families(case_ids: list[str], cost: dict[str, float], n: int,
+                    group_of: dict[str, str] | None,
+                    family_of: dict[str, str]) -> list[list[str]] | None:
+    """Whole families onto n shards (longest first), None where there are too few."""
+    families: dict[str, list[str]] = {}
+    for c in case_ids:
+        families.setdefault(family_of.get(c, c), []).append(c)
+    if len(families) < GROUPS_PER_SHARD * n:
+        return None
+    weight = {f: sum(cost.get(c, 0.0) for c in ids) for f, ids in families.items()}
+    return [longest_first([c for f in fs for c in families[f]], cost, group_of)
+            for fs in shard(list(families), weight, n)]
+
+
+def _most(shards: list[list[str]], cost: dict[str, float]) -> float:
+    return max((sum(cost.get(c, 0.0) for c in s) for s in shards), default=0.0)
 
 
 def case_costs(cases, op, timing, device: str, prev: dict[str, float] | None = None,
