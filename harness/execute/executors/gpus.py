@@ -20,7 +20,7 @@ from harness import store
 from harness.execute.executors.base import Executor
 from harness.execute.executors.process import (Interrupted, cancel_all, run_shard,
                                                run_threads)
-from harness.execute.executors.schedule import shard
+from harness.execute.executors.schedule import non_size_values, shard
 
 
 class GpuExecutor(Executor):
@@ -86,14 +86,11 @@ def families(run_dir: Path) -> dict[str, str]:
     """case_id -> its family (schedule.shard): the values of its params that are not sizes (the
     op's Param.size) and its dtype, the cases whose implementations run the same compiled
     kernels; {} where the run's op cannot be loaded."""
-    import json
-
     from harness.execute.code_tree import op_for
 
     try:
         size = {p.name for p in op_for(store.load_manifest(run_dir)).params if p.size}
     except Exception:  # a deal of shapes, as before
         return {}
-    return {r.case_id: json.dumps([sorted((k, v) for k, v in json.loads(r.params).items()
-                                          if k not in size), r.dtype])
+    return {r.case_id: repr((non_size_values(r.params, size), r.dtype))
             for r in store.load_cases(run_dir).itertuples()}

@@ -157,19 +157,13 @@ def shard(case_ids: list[str], cost: dict[str, float], n: int,
         return [longest_first(case_ids, cost, group_of)]
     if family_of:
         by_shape = shard(case_ids, cost, n, group_of)
-        by_family = _shard_families(case_ids, cost, n, group_of, family_of)
+        by_family = _whole(case_ids, cost, n, family_of, group_of)
         if by_family is not None and _most(by_family, cost) <= (1 + FAMILY_SLACK) * _most(
                 by_shape, cost):
             return by_family
         return by_shape
-    groups: dict[str, list[str]] = {}
-    for c in case_ids:
-        groups.setdefault((group_of or {}).get(c, c), []).append(c)
-    if group_of and len(groups) >= GROUPS_PER_SHARD * n:
-        weight = {g: sum(cost.get(c, 0.0) for c in ids) for g, ids in groups.items()}
-        parts = shard(list(groups), weight, n)
-        return [longest_first([c for g in gs for c in groups[g]], cost, group_of)
-                for gs in parts]
+    if group_of and (whole := _whole(case_ids, cost, n, group_of, group_of)) is not None:
+        return whole
     shards: list[list[str]] = [[] for _ in range(n)]
     load = [0.0] * n
     for c in longest_first(case_ids, cost):
@@ -179,22 +173,31 @@ def shard(case_ids: list[str], cost: dict[str, float], n: int,
     return shards
 
 
-def _shard_families(case_ids: list[str], cost: dict[str, float], n: int,
-                    group_of: dict[str, str] | None,
-                    family_of: dict[str, str]) -> list[list[str]] | None:
-    """Whole families onto n shards (longest first), None where there are too few."""
-    families: dict[str, list[str]] = {}
+def _whole(case_ids: list[str], cost: dict[str, float], n: int, key_of: dict[str, str],
+           group_of: dict[str, str] | None) -> list[list[str]] | None:
+    """Whole groups (`key_of`: shapes or families) onto n shards, longest first, each shard's
+    cases longest first by shape (`group_of`); None where there are fewer than
+    GROUPS_PER_SHARD groups per shard."""
+    groups: dict[str, list[str]] = {}
     for c in case_ids:
-        families.setdefault(family_of.get(c, c), []).append(c)
-    if len(families) < GROUPS_PER_SHARD * n:
+        groups.setdefault(key_of.get(c, c), []).append(c)
+    if len(groups) < GROUPS_PER_SHARD * n:
         return None
-    weight = {f: sum(cost.get(c, 0.0) for c in ids) for f, ids in families.items()}
-    return [longest_first([c for f in fs for c in families[f]], cost, group_of)
-            for fs in shard(list(families), weight, n)]
+    weight = {g: sum(cost.get(c, 0.0) for c in ids) for g, ids in groups.items()}
+    return [longest_first([c for g in gs for c in groups[g]], cost, group_of)
+            for gs in shard(list(groups), weight, n)]
 
 
 def _most(shards: list[list[str]], cost: dict[str, float]) -> float:
     return max((sum(cost.get(c, 0.0) for c in s) for s in shards), default=0.0)
+
+
+def non_size_values(params: str, size: set[str]) -> tuple:
+    """A case's params (its JSON) that are not sizes (Param.size), sorted, each value as JSON:
+    what, with the dtype, keys the cases that run the same compiled kernels (compile-ahead's
+    classes, the GPUs' families)."""
+    return tuple(sorted((k, json.dumps(v)) for k, v in json.loads(params).items()
+                        if k not in size))
 
 
 def case_costs(cases, op, timing, device: str, prev: dict[str, float] | None = None,

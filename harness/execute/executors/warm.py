@@ -21,8 +21,8 @@ from harness import store
 from harness.execute import sharing
 from harness.execute.executors.process import (CaseWatch, run_threads, stream, todo, worker_argv,
                                        worker_env)
-from harness.execute.executors.schedule import (compile_workers, warm_plans, warm_shards,
-                                                workers_per_gpu)
+from harness.execute.executors.schedule import (compile_workers, non_size_values, warm_plans,
+                                                warm_shards, workers_per_gpu)
 
 MEMORY_SHARE = 0.9  # of a GPU's memory, split between the compile-ahead workers it hosts
 # check lanes per GPU beside compile-ahead: one lane was the compile phase's critical path in
@@ -163,8 +163,6 @@ def compile_units(run_dir: Path, op, case_ids: list[str]) -> dict[str, tuple[obj
     that run the same compiled kernels, keyed (implementation, forced config, those values,
     dtype): schedule.warm_shards reads the implementation first; the backend is its
     implementation's."""
-    import json
-
     from harness.execute.worker import _registered_impl, impl_backend
 
     size = {p.name for p in op.params if p.size}
@@ -175,9 +173,7 @@ def compile_units(run_dir: Path, op, case_ids: list[str]) -> dict[str, tuple[obj
             continue
         forced = getattr(r, "forced_config", None)
         key = (r.impl, forced if isinstance(forced, str) else "",
-               tuple(sorted((k, json.dumps(v)) for k, v in json.loads(r.params).items()
-                            if k not in size)),
-               r.dtype)
+               non_size_values(r.params, size), r.dtype)
         out[r.case_id] = (key, impl_backend(op, _registered_impl(r)))
     return out
 
