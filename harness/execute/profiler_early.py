@@ -74,14 +74,15 @@ def measure_left_s(run_dir, gpus: list, planned: dict | None = None,
     profilers' deal weighed this."""
     from harness import store
 
-    first = [r for r in store.read_parts(run_dir, "time") if r.get("status") == "ok"]
+    records = store.read_parts(run_dir, "time")
+    first = [r for r in records if r.get("status") == "ok"]
     processes = store.time_parts(store.time_processes(run_dir))
     later = [{r["case_id"] for r in store.read_parts(run_dir, part)} for part in processes[1:]]
     est = est or {}
     timed = {r["case_id"]: r.get("wall_s") or 0.0 for r in first}
     timed_est = sum(est.get(c, 0.0) for c in timed)
     scale = sum(timed.values()) / timed_est if timed_est > 0 else 1.0
-    done = {r["case_id"] for r in store.read_parts(run_dir, "time")}
+    done = {r["case_id"] for r in records}
     return [sum((r.get("wall_s") or 0.0) for r in first if r.get("gpu") == g
                 for seen in later if r["case_id"] not in seen)
             + sum(scale * est.get(c, 0.0) * len(processes)

@@ -110,10 +110,15 @@ def _pieces(units: dict, cost: dict, load: dict, setup: dict, busy: list[float],
             j = min(range(len(bins)), key=held.__getitem__)
             bins[j].append(c)
             held[j] += cost.get(c, 0.0) + load.get(c, 0.0)
-        out += [_Piece(u[0], b, sum(cost.get(c, 0.0) for c in b),
-                       setup.get(u, 0.0) + sum(load.get(c, 0.0) for c in b))
-                for b in bins if b]
+        out += [_piece(u, b, cost, load, setup) for b in bins if b]
     return out
+
+
+def _piece(u: tuple, ids: list, cost: dict, load: dict, setup: dict) -> _Piece:
+    """Unit `u`'s cases `ids` as one process's piece: their seconds, their loads and the
+    unit's `setup`."""
+    return _Piece(u[0], ids, sum(cost.get(c, 0.0) for c in ids),
+                  setup.get(u, 0.0) + sum(load.get(c, 0.0) for c in ids))
 
 
 def _lane(pieces: list[_Piece], order: list[str], busy: float, model: ProcessModel) -> float:
@@ -198,8 +203,6 @@ def planned_ends(per_gpu: list[dict[str, list[str]]], units: dict[tuple[str, str
         for p, ids in got.items():
             for c in ids:
                 held.setdefault(unit_of.get(c, (p, None)), []).append(c)
-        pieces = [_Piece(u[0], ids, sum(cost.get(c, 0.0) for c in ids),
-                         setup.get(u, 0.0) + sum(load.get(c, 0.0) for c in ids))
-                  for u, ids in held.items()]
+        pieces = [_piece(u, ids, cost, load, setup) for u, ids in held.items()]
         ends.append(_lane(pieces, order, busy[i] if busy else 0.0, model))
     return ends
